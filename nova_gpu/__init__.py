@@ -1,0 +1,1 @@
+"""nova-gpu: GPU-aware scheduling and device management for OpenStack Nova."""

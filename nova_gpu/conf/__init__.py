@@ -1,0 +1,13 @@
+"""oslo.config options of nova-gpu, one module per service area."""
+
+from oslo_config import cfg
+
+from nova_gpu.conf import agent
+from nova_gpu.conf import core
+from nova_gpu.conf import scheduler
+
+CONF = cfg.CONF
+
+core.register_opts(CONF)
+scheduler.register_opts(CONF)
+agent.register_opts(CONF)

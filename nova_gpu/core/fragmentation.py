@@ -1,0 +1,143 @@
+"""Expected GPU fragmentation of a host against a demand distribution.
+
+This is the measure of FGD (Weng et al., "Beware of Fragmentation:
+Scheduling GPU-Sharing Workloads with Fragmentation Gradient Descent",
+USENIX ATC 2023), generalised from GPU shares to vGPU and MIG profiles:
+for each typical request ``m`` (with probability ``p_m``), the free GPU
+capacity on a GPU where ``m`` cannot place a unit is a fragment; when ``m``
+cannot fit the host at all (GPUs, CPU or memory), all free capacity is. The
+host's fragmentation is the ``p_m``-weighted sum, in milli-GPUs.
+"""
+
+import collections
+import dataclasses
+
+from nova_gpu.core import host as host_mod
+
+
+@dataclasses.dataclass(frozen=True)
+class DemandItem:
+    request: object  # a GpuRequest, or None for a CPU-only task
+    weight: float
+
+
+class Demand:
+    """Typical requests and their probabilities (weights sum to 1)."""
+
+    def __init__(self, items):
+        items = [i for i in items if i.weight > 0]
+        total = sum(i.weight for i in items)
+        self.items = tuple(DemandItem(i.request, i.weight / total)
+                           for i in items) if total else ()
+
+    @classmethod
+    def from_requests(cls, requests, top=None, coverage=None):
+        """Demand from observed requests, most frequent first.
+
+        ``top`` keeps at most that many distinct requests; ``coverage`` stops
+        once that share of all requests is covered (FGD's "typical tasks").
+        """
+        counts = collections.Counter(requests)
+        total = sum(counts.values())
+        items, covered = [], 0
+        for req, n in counts.most_common(top):
+            items.append(DemandItem(req, n))
+            covered += n
+            if coverage is not None and covered >= coverage * total:
+                break
+        return cls(items)
+
+    def __len__(self):
+        return len(self.items)
+
+
+def unit_fits(gpu, req):
+    """Can ``gpu`` take one device of ``req`` now?"""
+    if req.models is not None and not _model_allowed(gpu.model, req.models):
+        return False
+    kind = req.kind
+    if kind == host_mod.SHARE:
+        return gpu.fits_share(req.milli)
+    if kind == host_mod.WHOLE:
+        return gpu.fits_whole()
+    return bool(unit_slots(gpu, req))
+
+
+def unit_slots(gpu, req):
+    """Every slot on ``gpu`` that could hold one device of ``req``."""
+    kind = req.kind
+    model = gpu.model
+    if kind == host_mod.SHARE:
+        return ((host_mod.Slot(gpu.index, kind, req.milli),)
+                if gpu.fits_share(req.milli) else ())
+    if kind == host_mod.WHOLE:
+        return ((host_mod.Slot(gpu.index, kind),)
+                if gpu.fits_whole() else ())
+    if kind == host_mod.MIG:
+        if not model.mig or req.profile not in model.mig.profiles:
+            return ()
+        return tuple(host_mod.Slot(gpu.index, kind, (req.profile, s, None))
+                     for s in gpu.mig_starts(model.mig.profiles[req.profile]))
+    # VGPU
+    names = ((req.profile,) if req.profile else
+             gpu.vgpu_types or tuple(gpu.vgpus) or ())
+    slots = []
+    for name in names:
+        profile = model.vgpu_profiles.get(name)
+        if profile is None:
+            continue
+        if profile.mig_backed:
+            backing = model.mig.profiles[profile.mig_profile]
+            slots.extend(host_mod.Slot(gpu.index, host_mod.MIG,
+                                       (backing.name, s, name))
+                         for s in gpu.mig_starts(backing))
+        elif gpu.vgpu_room(profile) > 0:
+            slots.append(host_mod.Slot(gpu.index, kind, name))
+    return tuple(slots)
+
+
+def _model_allowed(model, allowed):
+    return model.name in allowed or any(a in allowed for a in model.aliases)
+
+
+def host_fits(host, req, free_gpus=None):
+    """Could ``req`` fit ``host`` at all (ignoring topology)?"""
+    if (req.cpu_milli > host.cpu_free or req.memory_mib > host.memory_free):
+        return False
+    if free_gpus is None:
+        free_gpus = sum(1 for g in host.gpus if unit_fits(g, req))
+    return free_gpus >= req.count
+
+
+def gpu_fragment(gpu, free, demand_fit):
+    """Fragment of one GPU: free capacity no fitting typical request uses.
+
+    ``demand_fit`` pairs each typical request that fits the host with its
+    weight; requests that do not fit the host are accounted by the caller.
+    """
+    if not free:
+        return 0.0
+    lost = 0.0
+    for req, weight in demand_fit:
+        if req is None or not unit_fits(gpu, req):
+            lost += weight
+    return lost * free
+
+
+def host_fragmentation(host, demand):
+    """Expected fragmentation of ``host`` in milli-GPUs."""
+    frees = [g.free_milli for g in host.gpus]
+    total_free = sum(frees)
+    if not total_free:
+        return 0.0
+    result = 0.0
+    fitting = []
+    for item in demand.items:
+        req = item.request
+        if req is None or not host_fits(host, req):
+            result += item.weight * total_free
+        else:
+            fitting.append((req, item.weight))
+    for gpu, free in zip(host.gpus, frees):
+        result += gpu_fragment(gpu, free, fitting)
+    return result

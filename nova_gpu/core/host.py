@@ -1,0 +1,345 @@
+"""Hosts, their GPUs and topology, and the allocation state of each GPU.
+
+A GPU serves one kind of tenancy at a time: whole-GPU passthrough,
+time-sliced vGPUs, MIG instances (only while MIG mode is on) or fractional
+shares (container-style GPU sharing, used by the trace simulator). Capacity
+is accounted in thousandths of a GPU ("milli") so that every kind can be
+compared and fragmentation measured on one scale.
+"""
+
+import dataclasses
+
+from nova_gpu.core import exceptions
+
+MILLI = 1000
+
+WHOLE = 'whole'
+SHARE = 'share'
+VGPU = 'vgpu'
+MIG = 'mig'
+KINDS = (WHOLE, SHARE, VGPU, MIG)
+
+
+@dataclasses.dataclass(frozen=True)
+class Slot:
+    """One unit of a placement: what is taken on which GPU.
+
+    ``detail`` is the milli share (SHARE), the vGPU profile name (VGPU), or
+    ``(mig_profile, start_slice, vgpu_profile_or_None)`` (MIG).
+    """
+
+    gpu: int
+    kind: str
+    detail: object = None
+
+
+class Gpu:
+    """A physical GPU: identity, topology and allocation state."""
+
+    __slots__ = ('index', 'model', 'address', 'numa_node', 'pcie_switch',
+                 'nvlink_peers', 'mig_enabled', 'vgpu_types',
+                 'whole', 'share_milli', 'vgpus', 'vgpu_fb_mib',
+                 'mig_mask', 'mig_compute', 'mig_instances')
+
+    def __init__(self, index, model, address='', numa_node=0,
+                 pcie_switch=None, nvlink_peers=(), mig_enabled=False,
+                 vgpu_types=None):
+        if mig_enabled and not model.mig_capable:
+            raise exceptions.InvalidRequest(
+                'GPU %d: %s does not support MIG' % (index, model.name))
+        self.index = index
+        self.model = model
+        self.address = address
+        self.numa_node = numa_node
+        self.pcie_switch = pcie_switch
+        self.nvlink_peers = frozenset(nvlink_peers)
+        self.mig_enabled = mig_enabled
+        # vGPU types the operator enabled on this GPU (None: any in catalog)
+        self.vgpu_types = tuple(vgpu_types) if vgpu_types else None
+        self.whole = False
+        self.share_milli = 0
+        self.vgpus = {}
+        self.vgpu_fb_mib = 0
+        self.mig_mask = 0
+        self.mig_compute = 0
+        self.mig_instances = {}
+
+    # -- capacity ---------------------------------------------------------
+
+    @property
+    def used_milli(self):
+        if self.whole:
+            return MILLI
+        if self.share_milli:
+            return self.share_milli
+        if self.vgpus:
+            if self.model.time_sliced_mixing:
+                return -(-self.vgpu_fb_mib * MILLI
+                         // self.model.framebuffer_mib)
+            name, count = next(iter(self.vgpus.items()))
+            return -(-count * MILLI
+                     // self.model.vgpu_profiles[name].max_instances)
+        if self.mig_mask:
+            slices = self.model.mig.memory_slices
+            return bin(self.mig_mask).count('1') * MILLI // slices
+        return 0
+
+    @property
+    def free_milli(self):
+        return MILLI - self.used_milli
+
+    @property
+    def is_free(self):
+        return not (self.whole or self.share_milli or self.vgpus
+                    or self.mig_mask)
+
+    def snapshot(self):
+        """Hashable allocation state, for tests and caches."""
+        return (self.whole, self.share_milli,
+                tuple(sorted(self.vgpus.items())), self.mig_mask,
+                tuple(sorted(self.mig_instances.items())))
+
+    # -- what fits --------------------------------------------------------
+
+    def fits_share(self, milli):
+        return (not self.mig_enabled and not self.whole and not self.vgpus
+                and self.share_milli + milli <= MILLI)
+
+    def fits_whole(self):
+        return not self.mig_enabled and self.is_free
+
+    def vgpu_room(self, profile):
+        """How many more vGPUs of ``profile`` (time-sliced) fit here."""
+        if (self.mig_enabled or self.whole or self.share_milli
+                or profile.name not in self.model.vgpu_profiles
+                or (self.vgpu_types and profile.name not in self.vgpu_types)):
+            return 0
+        if self.model.time_sliced_mixing:
+            by_fb = ((self.model.framebuffer_mib - self.vgpu_fb_mib)
+                     // profile.framebuffer_mib)
+            return min(by_fb,
+                       profile.max_instances - self.vgpus.get(profile.name,
+                                                              0))
+        if self.vgpus and profile.name not in self.vgpus:
+            return 0
+        return profile.max_instances - self.vgpus.get(profile.name, 0)
+
+    def mig_starts(self, mig_profile):
+        """Free start slices for ``mig_profile`` on this GPU."""
+        if not self.mig_enabled:
+            return ()
+        spec = self.model.mig
+        if (mig_profile.name not in spec.profiles
+                or self.mig_compute + mig_profile.compute_slices
+                > spec.compute_slices):
+            return ()
+        used = self.mig_mask
+        return tuple(s for s in mig_profile.starts
+                     if not used & mig_profile.mask(s))
+
+    # -- state changes ----------------------------------------------------
+
+    def take(self, slot):
+        if slot.kind == WHOLE:
+            if not self.fits_whole():
+                raise exceptions.AllocationError(
+                    'GPU %d is not free for passthrough' % self.index)
+            self.whole = True
+        elif slot.kind == SHARE:
+            if slot.detail <= 0 or not self.fits_share(slot.detail):
+                raise exceptions.AllocationError(
+                    'GPU %d cannot take a %r milli share (used %d)'
+                    % (self.index, slot.detail, self.used_milli))
+            self.share_milli += slot.detail
+        elif slot.kind == VGPU:
+            profile = self.model.vgpu_profile(slot.detail)
+            if profile.mig_backed or self.vgpu_room(profile) < 1:
+                raise exceptions.AllocationError(
+                    'GPU %d has no room for vGPU %s'
+                    % (self.index, slot.detail))
+            self.vgpus[profile.name] = self.vgpus.get(profile.name, 0) + 1
+            self.vgpu_fb_mib += profile.framebuffer_mib
+        elif slot.kind == MIG:
+            name, start, _vgpu = slot.detail
+            profile = self.model.mig_profile(name)
+            if start not in self.mig_starts(profile):
+                raise exceptions.AllocationError(
+                    'GPU %d: MIG %s cannot start at slice %r'
+                    % (self.index, name, start))
+            self.mig_mask |= profile.mask(start)
+            self.mig_compute += profile.compute_slices
+            self.mig_instances[start] = slot.detail
+        else:
+            raise exceptions.AllocationError('unknown slot kind %r'
+                                             % slot.kind)
+
+    def give_back(self, slot):
+        if slot.kind == WHOLE:
+            if not self.whole:
+                raise exceptions.AllocationError(
+                    'GPU %d is not assigned whole' % self.index)
+            self.whole = False
+        elif slot.kind == SHARE:
+            if not 0 < slot.detail <= self.share_milli:
+                raise exceptions.AllocationError(
+                    'GPU %d holds no %r milli share' % (self.index,
+                                                        slot.detail))
+            self.share_milli -= slot.detail
+        elif slot.kind == VGPU:
+            count = self.vgpus.get(slot.detail, 0)
+            if not count:
+                raise exceptions.AllocationError(
+                    'GPU %d holds no vGPU %s' % (self.index, slot.detail))
+            if count == 1:
+                del self.vgpus[slot.detail]
+            else:
+                self.vgpus[slot.detail] = count - 1
+            self.vgpu_fb_mib -= self.model.vgpu_profiles[
+                slot.detail].framebuffer_mib
+        elif slot.kind == MIG:
+            name, start, _vgpu = slot.detail
+            if self.mig_instances.get(start) != slot.detail:
+                raise exceptions.AllocationError(
+                    'GPU %d holds no MIG %s at slice %r'
+                    % (self.index, name, start))
+            profile = self.model.mig_profile(name)
+            del self.mig_instances[start]
+            self.mig_mask &= ~profile.mask(start)
+            self.mig_compute -= profile.compute_slices
+        else:
+            raise exceptions.AllocationError('unknown slot kind %r'
+                                             % slot.kind)
+
+
+@dataclasses.dataclass
+class NumaCell:
+    """CPU and memory of one NUMA node; used for GPU/CPU affinity."""
+
+    id: int
+    cpu_milli: int
+    memory_mib: int
+    cpu_used: int = 0
+    memory_used: int = 0
+
+    def fits(self, cpu_milli, memory_mib):
+        return (self.cpu_used + cpu_milli <= self.cpu_milli
+                and self.memory_used + memory_mib <= self.memory_mib)
+
+
+@dataclasses.dataclass(frozen=True)
+class Placement:
+    """A decision: the slots taken on one host, and the NUMA cell charged."""
+
+    host: str
+    slots: tuple
+    numa_node: int = None
+    cpu_milli: int = 0
+    memory_mib: int = 0
+
+    @property
+    def gpus(self):
+        return tuple(sorted({s.gpu for s in self.slots}))
+
+
+class Host:
+    """A compute host: GPUs, CPU and memory, with allocation state."""
+
+    def __init__(self, name, gpus, cpu_milli=0, memory_mib=0, cells=None):
+        self.name = name
+        self.gpus = list(gpus)
+        for i, gpu in enumerate(self.gpus):
+            if gpu.index != i:
+                raise exceptions.InvalidRequest(
+                    '%s: GPU indices must be 0..%d in order'
+                    % (name, len(self.gpus) - 1))
+        self.cpu_milli = cpu_milli
+        self.memory_mib = memory_mib
+        self.cpu_used = 0
+        self.memory_used = 0
+        self.cells = {c.id: c for c in (cells or ())}
+
+    @property
+    def cpu_free(self):
+        return self.cpu_milli - self.cpu_used
+
+    @property
+    def memory_free(self):
+        return self.memory_mib - self.memory_used
+
+    def snapshot(self):
+        return (self.cpu_used, self.memory_used,
+                tuple((c.cpu_used, c.memory_used)
+                      for _, c in sorted(self.cells.items())),
+                tuple(g.snapshot() for g in self.gpus))
+
+    def allocate(self, placement):
+        """Apply ``placement``; all or nothing."""
+        if placement.host != self.name:
+            raise exceptions.AllocationError(
+                'placement for %s applied to %s' % (placement.host,
+                                                    self.name))
+        if (self.cpu_used + placement.cpu_milli > self.cpu_milli
+                or self.memory_used + placement.memory_mib
+                > self.memory_mib):
+            raise exceptions.AllocationError(
+                '%s: not enough CPU or memory' % self.name)
+        cell = self._cell(placement)
+        if cell and not cell.fits(placement.cpu_milli, placement.memory_mib):
+            raise exceptions.AllocationError(
+                '%s: NUMA node %d cannot hold the CPU and memory'
+                % (self.name, cell.id))
+        done = []
+        try:
+            for slot in placement.slots:
+                self._gpu(slot).take(slot)
+                done.append(slot)
+        except exceptions.GpuError:
+            for slot in reversed(done):
+                self.gpus[slot.gpu].give_back(slot)
+            raise
+        self.cpu_used += placement.cpu_milli
+        self.memory_used += placement.memory_mib
+        if cell:
+            cell.cpu_used += placement.cpu_milli
+            cell.memory_used += placement.memory_mib
+
+    def free(self, placement):
+        """Undo ``allocate(placement)`` exactly; all or nothing."""
+        if placement.host != self.name:
+            raise exceptions.AllocationError(
+                'placement for %s freed on %s' % (placement.host, self.name))
+        if (placement.cpu_milli > self.cpu_used
+                or placement.memory_mib > self.memory_used):
+            raise exceptions.AllocationError(
+                '%s: freeing more CPU or memory than is used' % self.name)
+        cell = self._cell(placement)
+        done = []
+        try:
+            for slot in reversed(placement.slots):
+                self._gpu(slot).give_back(slot)
+                done.append(slot)
+        except exceptions.GpuError:
+            for slot in reversed(done):
+                self.gpus[slot.gpu].take(slot)
+            raise
+        self.cpu_used -= placement.cpu_milli
+        self.memory_used -= placement.memory_mib
+        if cell:
+            cell.cpu_used -= placement.cpu_milli
+            cell.memory_used -= placement.memory_mib
+
+    def _gpu(self, slot):
+        if not 0 <= slot.gpu < len(self.gpus):
+            raise exceptions.AllocationError(
+                '%s has no GPU %r' % (self.name, slot.gpu))
+        return self.gpus[slot.gpu]
+
+    def _cell(self, placement):
+        if placement.numa_node is None:
+            return None
+        try:
+            return self.cells[placement.numa_node]
+        except KeyError:
+            raise exceptions.AllocationError(
+                '%s has no NUMA node %r' % (self.name,
+                                             placement.numa_node)) from None

@@ -1,0 +1,31 @@
+#!/bin/bash
+# Install what the tests and the demo need on a Debian/Ubuntu machine:
+# system packages listed in bindep.txt, and tox. Needs root (or sudo).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+SUDO=
+if [ "$(id -u)" != 0 ]; then SUDO=sudo; fi
+
+PY=${PYTHON:-python3}
+if ! "$PY" -m pip --version >/dev/null 2>&1; then
+    $SUDO apt-get update -q
+    $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q \
+        python3-pip python3-venv
+fi
+# tox and bindep go in their own venv so that a system Python managed by
+# Debian (PEP 668) stays untouched.
+TOOLS=${NOVA_GPU_TOOLS_VENV:-$PWD/.tox/.tools}
+if [ ! -x "$TOOLS/bin/tox" ] || [ ! -x "$TOOLS/bin/bindep" ]; then
+    "$PY" -m venv "$TOOLS"
+    "$TOOLS/bin/pip" install -q 'tox>=4' bindep
+fi
+missing=$("$TOOLS/bin/bindep" -b test || true)
+if [ -n "$missing" ]; then
+    echo "Installing system packages: $missing"
+    $SUDO apt-get update -q
+    # shellcheck disable=SC2086
+    $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q \
+        --no-install-recommends $missing
+fi
+echo "$TOOLS/bin"
