@@ -33,6 +33,16 @@ class MigProfile:
         """Bit mask of the memory slices the instance at ``start`` holds."""
         return ((1 << self.memory_slices) - 1) << start
 
+    @property
+    def placements(self):
+        """``(start, mask)`` for each allowed start, computed once."""
+        try:
+            return self._placements
+        except AttributeError:
+            value = tuple((s, self.mask(s)) for s in self.starts)
+            object.__setattr__(self, '_placements', value)
+            return value
+
 
 @dataclasses.dataclass(frozen=True)
 class MigSpec:

@@ -5,6 +5,7 @@ scheduler framework: ``choices`` says what is possible, ``rank`` orders it.
 """
 
 import dataclasses
+import typing
 
 from nova_gpu.core import exceptions
 from nova_gpu.core import fragmentation
@@ -21,8 +22,7 @@ class Weights:
     numa: float = 0.5
 
 
-@dataclasses.dataclass(frozen=True)
-class Choice:
+class Choice(typing.NamedTuple):
     placement: host_mod.Placement
     frag_delta: float  # growth of expected fragmentation, in GPUs
     topology: float  # topology.penalty of the GPU set
@@ -33,9 +33,13 @@ class Choice:
 class PlacementEngine:
     """Shared by the scheduler filter and weighers, the agent and the sim."""
 
+    MEMO_LIMIT = 200000
+
     def __init__(self, demand=None, weights=None):
         self.demand = demand or fragmentation.Demand(())
         self.weights = weights or Weights()
+        self._memo = {}
+        self._index = _DemandIndex(self.demand)
 
     # -- filter -----------------------------------------------------------
 
@@ -72,18 +76,35 @@ class PlacementEngine:
         candidates = self._candidates(host, req)
         if not candidates:
             return []
-        base = _FragState(host, self.demand)
+        if len(self._memo) > self.MEMO_LIMIT:
+            self._memo.clear()
+        base = _FragState(host, self._index, self._memo)
         w = self.weights
         result = []
+        # Single-device choices on GPUs in the same state cost the same:
+        # compute each distinct one once.
+        seen = {}
+        gpus_of_host = host.gpus
         for placement, gpus, numa_miss in candidates:
-            delta = base.delta(placement, req) / host_mod.MILLI
-            topo = topology.penalty(gpus)
+            slots = placement.slots
+            if len(slots) == 1:
+                slot = slots[0]
+                key = (gpus_of_host[slot.gpu].fit_key(), slot.kind,
+                       slot.detail)
+                delta = seen.get(key)
+                if delta is None:
+                    delta = seen[key] = (base.delta(placement)
+                                         / host_mod.MILLI)
+                topo = 0.0
+            else:
+                delta = base.delta(placement) / host_mod.MILLI
+                topo = topology.penalty(gpus)
             cost = (w.fragmentation * delta + w.topology * topo
                     + w.numa * numa_miss)
             result.append(Choice(placement, delta, topo, numa_miss, cost))
-        result.sort(key=lambda c: (c.cost, c.placement.gpus,
-                                   [s.detail for s in c.placement.slots
-                                    if s.kind == host_mod.MIG]))
+        # Stable: among equal costs, the generation order (best-packed GPU,
+        # then lowest index and start slice) decides.
+        result.sort(key=_cost)
         return result
 
     def best(self, host, req):
@@ -98,13 +119,21 @@ class PlacementEngine:
         if req.cpu_milli > host.cpu_free or req.memory_mib > host.memory_free:
             return []
         options = {}
+        memo = self._memo
         for gpu in host.gpus:
-            if (req.models is not None and
-                    not fragmentation._model_allowed(gpu.model, req.models)):
-                continue
-            slots = fragmentation.unit_slots(gpu, req)
-            if slots:
-                options[gpu.index] = slots
+            # What a GPU offers depends only on its state: memoised.
+            key = (gpu.fit_key(), req)
+            offers = memo.get(key)
+            if offers is None:
+                offers = memo[key] = tuple(
+                    (s.kind, s.detail)
+                    for s in fragmentation.unit_slots(gpu, req)
+                    if req.models is None or fragmentation._model_allowed(
+                        gpu.model, req.models))
+            if offers:
+                index = gpu.index
+                options[index] = [host_mod.Slot(index, kind, detail)
+                                  for kind, detail in offers]
         if len(options) < req.count:
             return []
         # Best-packed GPUs first: the least free capacity left over.
@@ -140,6 +169,10 @@ class PlacementEngine:
         return None, 1.0
 
 
+def _cost(choice):
+    return choice.cost
+
+
 def _slot_product(options):
     if len(options) == 1:
         return [(s,) for s in options[0]]
@@ -148,60 +181,126 @@ def _slot_product(options):
     return [tuple(o[0] for o in options)]
 
 
+class _WeightTable(dict):
+    """Sum of demand weights over a bit mask of typical requests.
+
+    Bit ``m`` of a mask stands for typical request ``m``. Few distinct masks
+    occur, so each sum is computed once and then looked up.
+    """
+
+    def __init__(self, weights):
+        super().__init__()
+        self.weights = weights
+
+    def __missing__(self, mask):
+        total = 0.0
+        m = 0
+        rest = mask
+        while rest:
+            if rest & 1:
+                total += self.weights[m]
+            rest >>= 1
+            m += 1
+        self[mask] = total
+        return total
+
+
+class _DemandIndex:
+    """A demand distribution compiled for fast fragmentation arithmetic."""
+
+    def __init__(self, demand):
+        self.items = [i.request for i in demand.items]
+        self.checkers = [fragmentation.fit_checker(r) if r else None
+                         for r in self.items]
+        self.weigh = _WeightTable([i.weight for i in demand.items])
+        self.all = (1 << len(self.items)) - 1
+        # Requests that need several GPUs: a GPU count decides them.
+        self.multi = [(1 << m, r.count) for m, r in enumerate(self.items)
+                      if r is not None and r.count > 1]
+        # Requests with CPU or memory: the host's free CPU/memory decides.
+        self.sized = [(1 << m, r.cpu_milli, r.memory_mib)
+                      for m, r in enumerate(self.items)
+                      if r is not None and (r.cpu_milli or r.memory_mib)]
+
+    def fit_mask(self, gpu):
+        mask = 0
+        for m, check in enumerate(self.checkers):
+            if check is not None and check(gpu):
+                mask |= 1 << m
+        return mask
+
+
 class _FragState:
-    """Expected fragmentation of a host, updated incrementally per choice."""
+    """Expected fragmentation of a host, updated incrementally per choice.
 
-    def __init__(self, host, demand):
+    Per GPU, what matters is its free capacity and which typical requests
+    still fit it (a bit mask); both depend only on ``Gpu.fit_key()`` and
+    the slot taken, so they are memoised in ``memo``, shared across hosts.
+    With ``NF`` the mask of typical requests the host as a whole can still
+    serve, the fragmentation is::
+
+        sum_g free_g * W(NF & ~fits_g) + total_free * W(~NF)
+    """
+
+    def __init__(self, host, index, memo):
         self.host = host
-        self.items = [(i.request, i.weight) for i in demand.items]
-        self.frees = [g.free_milli for g in host.gpus]
-        self.fits = [[req is not None and fragmentation.unit_fits(g, req)
-                      for g in host.gpus] for req, _ in self.items]
-        self.counts = [sum(row) for row in self.fits]
-        self.lost = [sum(f for f, ok in zip(self.frees, row) if not ok)
-                     for row in self.fits]
-        self.total_free = sum(self.frees)
-        self.value = self._value(self.frees, self.counts, self.lost,
-                                 self.total_free, 0, 0)
+        self.index = index
+        self.memo = memo
+        self.per_gpu = [self._profile(g) for g in host.gpus]
+        self.value = self._value(self.per_gpu, 0, 0)
 
-    def _value(self, frees, counts, lost, total_free, cpu, mem):
-        host = self.host
-        cpu_free = host.cpu_free - cpu
-        mem_free = host.memory_free - mem
-        result = 0.0
-        for (req, weight), count, lost_m in zip(self.items, counts, lost):
-            if (req is None or count < req.count or req.cpu_milli > cpu_free
-                    or req.memory_mib > mem_free):
-                result += weight * total_free
-            else:
-                result += weight * lost_m
-        return result
+    def _profile(self, gpu, slot=None):
+        """``(free, fit mask)`` of ``gpu`` (after taking ``slot``)."""
+        key = (gpu.fit_key(), slot and (slot.kind, slot.detail))
+        found = self.memo.get(key)
+        if found is None:
+            if slot is not None:
+                gpu.take(slot)
+            try:
+                found = (gpu.free_milli, self.index.fit_mask(gpu))
+            finally:
+                if slot is not None:
+                    gpu.give_back(slot)
+            self.memo[key] = found
+        return found
 
-    def delta(self, placement, req):
-        if not self.items:
+    def _value(self, per_gpu, cpu, mem):
+        index = self.index
+        any_fit = 0
+        total_free = 0
+        for free, fits in per_gpu:
+            any_fit |= fits
+            total_free += free
+        if not total_free:
             return 0.0
-        host = self.host
-        touched = placement.gpus
+        node_fit = any_fit
+        for bit, count in index.multi:
+            if node_fit & bit:
+                n = 0
+                for _free, fits in per_gpu:
+                    if fits & bit:
+                        n += 1
+                if n < count:
+                    node_fit &= ~bit
+        if index.sized:
+            cpu_free = self.host.cpu_free - cpu
+            mem_free = self.host.memory_free - mem
+            for bit, need_cpu, need_mem in index.sized:
+                if need_cpu > cpu_free or need_mem > mem_free:
+                    node_fit &= ~bit
+        weigh = index.weigh
+        value = total_free * weigh[index.all & ~node_fit]
+        for free, fits in per_gpu:
+            if free:
+                value += free * weigh[node_fit & ~fits]
+        return value
+
+    def delta(self, placement):
+        if not self.index.items:
+            return 0.0
+        gpus = self.host.gpus
+        per_gpu = list(self.per_gpu)
         for slot in placement.slots:
-            host.gpus[slot.gpu].take(slot)
-        try:
-            counts = list(self.counts)
-            lost = list(self.lost)
-            total_free = self.total_free
-            for gi in touched:
-                gpu = host.gpus[gi]
-                new_free = gpu.free_milli
-                total_free += new_free - self.frees[gi]
-                for m, (mreq, _w) in enumerate(self.items):
-                    was = self.fits[m][gi]
-                    now = (mreq is not None
-                           and fragmentation.unit_fits(gpu, mreq))
-                    counts[m] += now - was
-                    lost[m] += ((0 if now else new_free)
-                                - (0 if was else self.frees[gi]))
-        finally:
-            for slot in reversed(placement.slots):
-                host.gpus[slot.gpu].give_back(slot)
-        after = self._value(None, counts, lost, total_free,
-                            placement.cpu_milli, placement.memory_mib)
-        return after - self.value
+            per_gpu[slot.gpu] = self._profile(gpus[slot.gpu], slot)
+        return self._value(per_gpu, placement.cpu_milli,
+                           placement.memory_mib) - self.value

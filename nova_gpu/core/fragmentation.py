@@ -53,14 +53,63 @@ class Demand:
 
 def unit_fits(gpu, req):
     """Can ``gpu`` take one device of ``req`` now?"""
-    if req.models is not None and not _model_allowed(gpu.model, req.models):
-        return False
+    return fit_checker(req)(gpu)
+
+
+_CHECKERS = {}
+
+
+def fit_checker(req):
+    """A function ``gpu -> bool`` answering ``unit_fits`` for ``req``.
+
+    Built once per request: fragmentation asks this question for every
+    typical request on every GPU of every host scored, so it must not
+    rebuild tuples or re-dispatch on the request kind each time.
+    """
+    checker = _CHECKERS.get(req)
+    if checker is None:
+        checker = _CHECKERS[req] = _build_checker(req)
+    return checker
+
+
+def _build_checker(req):
+    allowed = req.models
     kind = req.kind
+
+    def model_ok(model):
+        return allowed is None or _model_allowed(model, allowed)
+
     if kind == host_mod.SHARE:
-        return gpu.fits_share(req.milli)
-    if kind == host_mod.WHOLE:
-        return gpu.fits_whole()
-    return bool(unit_slots(gpu, req))
+        milli = req.milli
+
+        def fits(gpu):
+            return gpu.fits_share(milli) and model_ok(gpu.model)
+    elif kind == host_mod.WHOLE:
+        def fits(gpu):
+            return gpu.fits_whole() and model_ok(gpu.model)
+    elif kind == host_mod.MIG:
+        name = req.profile
+
+        def fits(gpu):
+            mig = gpu.model.mig
+            profile = mig.profiles.get(name) if mig else None
+            return (profile is not None and gpu.fits_mig(profile)
+                    and model_ok(gpu.model))
+    else:
+        def fits(gpu):
+            return bool(unit_slots(gpu, req)) and model_ok(gpu.model)
+        if req.profile:
+            name = req.profile
+
+            def fits(gpu):  # noqa: F811 - the common case, made cheap
+                profile = gpu.model.vgpu_profiles.get(name)
+                if profile is None or not model_ok(gpu.model):
+                    return False
+                if profile.mig_backed:
+                    return gpu.fits_mig(
+                        gpu.model.mig.profiles[profile.mig_profile])
+                return gpu.vgpu_room(profile) > 0
+    return fits
 
 
 def unit_slots(gpu, req):

@@ -8,6 +8,7 @@ compared and fragmentation measured on one scale.
 """
 
 import dataclasses
+import typing
 
 from nova_gpu.core import exceptions
 
@@ -20,8 +21,7 @@ MIG = 'mig'
 KINDS = (WHOLE, SHARE, VGPU, MIG)
 
 
-@dataclasses.dataclass(frozen=True)
-class Slot:
+class Slot(typing.NamedTuple):
     """One unit of a placement: what is taken on which GPU.
 
     ``detail`` is the milli share (SHARE), the vGPU profile name (VGPU), or
@@ -93,6 +93,17 @@ class Gpu:
         return not (self.whole or self.share_milli or self.vgpus
                     or self.mig_mask)
 
+    def fit_key(self):
+        """Everything that decides what fits on this GPU, hashable.
+
+        Two GPUs with equal keys accept exactly the same devices; the
+        engine memoises per-GPU fragmentation on it.
+        """
+        return (self.model.name, self.mig_enabled, self.vgpu_types,
+                self.whole, self.share_milli,
+                tuple(self.vgpus.items()) if self.vgpus else (),
+                self.mig_mask, self.mig_compute)
+
     def snapshot(self):
         """Hashable allocation state, for tests and caches."""
         return (self.whole, self.share_milli,
@@ -134,8 +145,19 @@ class Gpu:
                 > spec.compute_slices):
             return ()
         used = self.mig_mask
-        return tuple(s for s in mig_profile.starts
-                     if not used & mig_profile.mask(s))
+        return tuple(s for s, mask in mig_profile.placements
+                     if not used & mask)
+
+    def fits_mig(self, mig_profile):
+        """At least one instance of ``mig_profile`` fits (no tuple built)."""
+        if (not self.mig_enabled or self.mig_compute
+                + mig_profile.compute_slices > self.model.mig.compute_slices):
+            return False
+        used = self.mig_mask
+        for _start, mask in mig_profile.placements:
+            if not used & mask:
+                return True
+        return False
 
     # -- state changes ----------------------------------------------------
 
@@ -226,13 +248,12 @@ class NumaCell:
                 and self.memory_used + memory_mib <= self.memory_mib)
 
 
-@dataclasses.dataclass(frozen=True)
-class Placement:
+class Placement(typing.NamedTuple):
     """A decision: the slots taken on one host, and the NUMA cell charged."""
 
     host: str
     slots: tuple
-    numa_node: int = None
+    numa_node: typing.Optional[int] = None
     cpu_milli: int = 0
     memory_mib: int = 0
 
@@ -341,5 +362,5 @@ class Host:
             return self.cells[placement.numa_node]
         except KeyError:
             raise exceptions.AllocationError(
-                '%s has no NUMA node %r' % (self.name,
-                                             placement.numa_node)) from None
+                '%s has no NUMA node %r'
+                % (self.name, placement.numa_node)) from None

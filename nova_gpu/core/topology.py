@@ -58,9 +58,13 @@ def candidate_sets(gpus, count):
     if len(gpus) < count:
         return []
     groups = []
+    seen_cliques = set()
     for g in gpus:
-        clique = [g] + [p for p in gpus if p.index in g.nvlink_peers]
-        groups.append(clique)
+        members = frozenset(g.nvlink_peers | {g.index})
+        if members in seen_cliques:
+            continue  # NVSwitch: every GPU sees the same clique
+        seen_cliques.add(members)
+        groups.append([g] + [p for p in gpus if p.index in g.nvlink_peers])
     by_switch, by_numa = {}, {}
     for g in gpus:
         if g.pcie_switch is not None:
