@@ -1,11 +1,68 @@
-"""Options of the nova-gpu scheduler side."""
+"""Options of the nova-gpu scheduler side: ``[gpu_scheduler]``.
 
-opts = []
+They are read by the filter and weighers running inside nova-scheduler, so
+they go in nova.conf next to ``[filter_scheduler]``.
+"""
+
+from oslo_config import cfg
+
+group = cfg.OptGroup(
+    'gpu_scheduler', title='nova-gpu scheduler filter and weighers',
+    help='Options of nova_gpu.scheduler.filters.GpuFilter and the '
+         'nova_gpu.scheduler.weighers classes, read by nova-scheduler.')
+
+opts = [
+    cfg.FloatOpt('fragmentation_weight_multiplier', default=1.0,
+                 help='Multiplier of GpuFragmentationWeigher. Positive '
+                      'values prefer hosts where the request grows the '
+                      'expected GPU fragmentation least (packing); negative '
+                      'values invert it. Overridable per aggregate with the '
+                      'metadata key gpu_fragmentation_weight_multiplier.'),
+    cfg.FloatOpt('topology_weight_multiplier', default=1.0,
+                 help='Multiplier of GpuTopologyWeigher. Positive values '
+                      'prefer hosts whose best GPU set is better connected '
+                      '(NVLink, one PCIe switch, one NUMA node) and whose '
+                      'GPUs share a NUMA node with the pinned CPUs. '
+                      'Overridable per aggregate with the metadata key '
+                      'gpu_topology_weight_multiplier.'),
+    cfg.StrOpt('vgpu_resource_class', default='VGPU',
+               help='Placement resource class of one vGPU or MIG-backed '
+                    'vGPU, as the compute nodes report it (Nova libvirt '
+                    'reports VGPU unless [mdev_*] mdev_class says '
+                    'otherwise).'),
+    cfg.StrOpt('whole_gpu_resource_class', default='PGPU',
+               help='Placement resource class of one whole (passthrough) '
+                    'GPU, as published for the GPU providers by the '
+                    'compute side (provider config YAML or the agent).'),
+    cfg.BoolOpt('report_listener', default=True,
+                help='Start an oslo.messaging notification listener in '
+                     'nova-scheduler that receives the GPU reports of '
+                     'nova-gpu-agent (topic [gpu_scheduler] report_topic, '
+                     'on the notification transport of nova.conf).'),
+    cfg.StrOpt('report_topic', default='nova_gpu_reports',
+               help='Notification topic the agents publish GPU reports on.'),
+    cfg.IntOpt('pending_claim_ttl', default=300, min=1,
+               help='Seconds a GPU placement the scheduler just chose is '
+                    'counted in its view before the host\'s next report '
+                    'confirms it. Only preferences depend on it: Placement '
+                    'decides whether a claim succeeds.'),
+    cfg.IntOpt('demand_window', default=1000, min=1,
+               help='How many recent GPU requests form the demand '
+                    'distribution the fragmentation measure uses.'),
+    cfg.MultiStrOpt('typical_requests', default=[],
+                    help='Typical GPU requests, one per line, each written '
+                         'as extra specs separated by ";", e.g. '
+                         '"gpu:profile=A100-10C;gpu:count=1". Together they '
+                         'weigh as much as the requests observed so far, '
+                         'so that fragmentation is measured against them '
+                         'from the first request on.'),
+]
 
 
 def register_opts(conf):
-    pass
+    conf.register_group(group)
+    conf.register_opts(opts, group=group)
 
 
 def list_opts():
-    return []
+    return [(group, opts)]

@@ -1,0 +1,443 @@
+"""The scheduler's view of every compute host's GPUs.
+
+How the view learns GPU state and topology: each compute host's
+nova-gpu-agent publishes a GPU report (``core.report``: models, NUMA nodes,
+PCIe switches, NVLink peers, the Placement provider name of each GPU and the
+devices in use) as an oslo.messaging notification; ``listener`` hands it to
+``GpuView.ingest``. Provider names are resolved to Placement UUIDs when the
+report arrives, never while a request is being scheduled. A scheduling
+request makes no network call: it reads the view, memoised per host state
+and request.
+
+Why a stale view cannot double-allocate: the view only *orders and prunes*
+the allocation candidates Placement returned for this request, and every
+one of those already fits Placement's inventory and usage at query time.
+Nova then claims candidate 0 through Placement, which refuses the claim if
+another scheduler got there first (generation conflict / capacity) and
+Nova moves on. A stale view can make a worse choice, never an
+over-commitment. Between reports the view counts the placements this
+scheduler chose as pending claims, so that a multi-create spreads its
+instances the way the policy wants without waiting for the agent.
+"""
+
+import collections
+import dataclasses
+import threading
+import time
+import weakref
+
+from oslo_config import cfg
+from oslo_log import log as logging
+
+from nova_gpu.core import engine as engine_mod
+from nova_gpu.core import exceptions
+from nova_gpu.core import fragmentation
+from nova_gpu.core import host as host_mod
+from nova_gpu.core import report as report_mod
+from nova_gpu.core import request as request_mod
+from nova_gpu.core import topology
+from nova_gpu.scheduler import flavor
+
+CONF = cfg.CONF
+LOG = logging.getLogger(__name__)
+
+# How often (in requests seen) the demand distribution is rebuilt; between
+# rebuilds every memoised ranking stays valid.
+DEMAND_REBUILD_EVERY = 50
+# A whole GPU is always part of the demand, at this share: an empty GPU is
+# worth keeping empty for whoever needs all of one.
+WHOLE_GPU_SHARE = 0.5
+
+
+@dataclasses.dataclass(frozen=True)
+class Ranked:
+    """One feasible GPU set on a host, with its cost."""
+
+    gpus: tuple
+    choice: engine_mod.Choice
+    request: request_mod.GpuRequest
+    free_milli: int  # free capacity of these GPUs before the placement
+
+
+class Ranking:
+    """Feasible GPU sets of one host for one request, best first."""
+
+    __slots__ = ('items', 'position', 'why')
+
+    def __init__(self, items, why=None):
+        self.items = items
+        self.position = {}
+        for i, item in enumerate(items):
+            self.position.setdefault(item.gpus, i)
+        self.why = why
+
+
+class HostEntry:
+    """One compute node as the scheduler sees it."""
+
+    __slots__ = ('nodename', 'host', 'providers', 'uuids', 'generation',
+                 'version', 'pending', 'cache', 'models', 'last',
+                 'received')
+
+    def __init__(self, nodename, host, providers, generation, received):
+        self.nodename = nodename
+        self.host = host
+        self.providers = providers  # provider name -> GPU index
+        self.uuids = {}  # provider UUID -> GPU index
+        self.generation = generation
+        self.version = 0
+        self.pending = []  # (expiry, placement) chosen since the report
+        self.cache = {}
+        self.models = frozenset(m for g in host.gpus
+                                for m in (g.model.name,) + g.model.aliases)
+        self.last = None
+        self.received = received
+
+    def changed(self):
+        self.version += 1
+        self.cache.clear()
+
+
+class Decision:
+    """What the filter chose on a host for a request (read by weighers)."""
+
+    __slots__ = ('spec_ref', 'instance_uuid', 'num_instances', 'ranked')
+
+    def __init__(self, spec_obj, num_instances, ranked):
+        self.spec_ref = weakref.ref(spec_obj)
+        self.instance_uuid = getattr(spec_obj, 'instance_uuid', None)
+        self.num_instances = num_instances
+        self.ranked = ranked
+
+
+class GpuView:
+    """Every host's GPUs, from agent reports, plus claims not yet reported.
+
+    Thread-safe: nova-scheduler may run several requests at once, and the
+    engine briefly mutates a host while it scores a choice.
+    """
+
+    def __init__(self, catalog=None, resolver=None, clock=time.monotonic,
+                 engine_weights=None):
+        self.catalog = catalog or flavor.default_catalog()
+        self.resolver = resolver
+        self.clock = clock
+        self.engine_weights = engine_weights
+        self._hosts = {}
+        self._lock = threading.RLock()
+        self._recent = collections.deque()
+        self._counts = collections.Counter()
+        self._since_rebuild = 0
+        self._typical = _typical_requests(self.catalog)
+        self.engine = engine_mod.PlacementEngine(self._demand(),
+                                                 engine_weights)
+        self.demand_version = 0
+
+    # -- reports ------------------------------------------------------------
+
+    def ingest(self, report):
+        """Replace a host's GPUs with a fresh report; return its entry."""
+        host = report_mod.host_from_dict(report, self.catalog)
+        nodename = report.get('nodename') or host.name
+        providers = {name: index for index, name
+                     in report_mod.providers_of(report).items() if name}
+        entry = HostEntry(nodename, host, providers,
+                          report.get('generation', 0), self.clock())
+        with self._lock:
+            old = self._hosts.get(nodename)
+            if old is not None and entry.generation < old.generation:
+                LOG.debug('Ignoring GPU report %d of %s: have %d',
+                          entry.generation, nodename, old.generation)
+                return old
+            if old is not None:
+                # Same providers keep their UUIDs; the report supersedes
+                # every claim counted so far.
+                entry.uuids = {u: i for u, i in old.uuids.items()
+                               if i < len(host.gpus)}
+                entry.version = old.version + 1
+            self._hosts[nodename] = entry
+        self.resolve(entry)
+        return entry
+
+    def remove(self, nodename):
+        with self._lock:
+            self._hosts.pop(nodename, None)
+
+    def get(self, nodename):
+        return self._hosts.get(nodename)
+
+    def __len__(self):
+        return len(self._hosts)
+
+    def resolve(self, entry):
+        """Learn the Placement UUID of each GPU provider (off the hot path)."""
+        if self.resolver is None or not entry.providers:
+            return
+        try:
+            found = self.resolver(entry.nodename, sorted(entry.providers))
+        except Exception as e:  # the next report retries
+            LOG.warning('Cannot resolve the GPU providers of %s yet: %s',
+                        entry.nodename, e)
+            return
+        with self._lock:
+            entry.uuids = {uuid: entry.providers[name]
+                           for name, uuid in found.items()
+                           if name in entry.providers}
+            entry.changed()
+
+    def set_provider_uuids(self, nodename, uuids_by_name):
+        """Record provider UUIDs learnt elsewhere (tests, tools)."""
+        entry = self._hosts[nodename]
+        with self._lock:
+            entry.uuids = {uuid: entry.providers[name]
+                           for name, uuid in uuids_by_name.items()
+                           if name in entry.providers}
+            entry.changed()
+
+    # -- demand -------------------------------------------------------------
+
+    def note_request(self, spec):
+        """Count a request into the demand the fragmentation measure uses."""
+        if not spec.alternatives:
+            return
+        req = _plain(spec.alternatives[0])
+        window = CONF.gpu_scheduler.demand_window
+        with self._lock:
+            self._recent.append(req)
+            self._counts[req] += 1
+            while len(self._recent) > window:
+                old = self._recent.popleft()
+                self._counts[old] -= 1
+                if not self._counts[old]:
+                    del self._counts[old]
+            self._since_rebuild += 1
+            if (self._since_rebuild >= DEMAND_REBUILD_EVERY
+                    or self._counts[req] == 1):
+                self._rebuild_demand()
+
+    def _rebuild_demand(self):
+        self._since_rebuild = 0
+        self.engine = engine_mod.PlacementEngine(self._demand(),
+                                                 self.engine_weights)
+        self.demand_version += 1
+
+    def _demand(self):
+        items = [fragmentation.DemandItem(req, n)
+                 for req, n in self._counts.items()]
+        seen = sum(self._counts.values()) or 1
+        for req in self._typical:
+            items.append(fragmentation.DemandItem(
+                req, max(seen, 1) / len(self._typical)))
+        total = sum(i.weight for i in items) or 1
+        items.append(fragmentation.DemandItem(
+            request_mod.GpuRequest(host_mod.WHOLE),
+            total * WHOLE_GPU_SHARE / (1 - WHOLE_GPU_SHARE)))
+        return fragmentation.Demand(items)
+
+    # -- scoring ------------------------------------------------------------
+
+    def ranking(self, entry, spec, cells=None):
+        """Feasible GPU sets on ``entry`` for ``spec``, best first.
+
+        ``cells`` is ``((id, cpu_milli, cpu_used, memory_mib, memory_used),
+        ...)`` from Nova's HostState, for NUMA affinity.
+        """
+        if entry.pending and entry.pending[0][0] <= self.clock():
+            with self._lock:
+                self._expire(entry)
+        key = (spec.key(), self.demand_version, cells)
+        found = entry.cache.get(key)
+        if found is not None:
+            return found
+        with self._lock:
+            if cells:
+                _set_cells(entry.host, cells)
+            found = self._rank(entry, spec)
+            entry.cache[key] = found
+        return found
+
+    def _rank(self, entry, spec):
+        host = entry.host
+        alts = [a for model in sorted(entry.models) + ['*']
+                for a in spec.per_model.get(model, ())]
+        if not alts:
+            models = sorted({m for a in spec.alternatives
+                             for m in a.models or ()})
+            return Ranking((), 'has no GPU of model %s (it has %s)'
+                           % (', '.join(models), ', '.join(sorted(
+                               {g.model.name for g in host.gpus}))))
+        # Smallest device first when asked by need; the cost decides among
+        # equals (and is all that counts for a single alternative).
+        order = {a: i for i, a in enumerate(spec.alternatives)}
+        size = dict(zip(spec.alternatives, spec.sizes))
+        items = []
+        for alt in dict.fromkeys(alts):
+            for choice in self.engine.rank(host, alt):
+                gpus = choice.placement.gpus
+                items.append(Ranked(gpus, choice, alt, sum(
+                    host.gpus[i].free_milli for i in gpus)))
+        items.sort(key=lambda r: (size.get(r.request, 0), r.choice.cost,
+                                  order[r.request]))
+        why = None
+        if not items:
+            why = self.engine.why_not(host, alts[0])
+        return Ranking(tuple(items), why)
+
+    def feasible(self, entry, spec, gpus):
+        """Could ``gpus`` (indices) serve ``spec``? For sets not ranked."""
+        host = entry.host
+        if any(not 0 <= i < len(host.gpus) for i in gpus):
+            return False
+        chosen = [host.gpus[i] for i in gpus]
+        for alt in spec.alternatives:
+            if alt.count != len(chosen):
+                continue
+            if not all(fragmentation.unit_fits(g, alt) for g in chosen):
+                continue
+            if not topology.satisfies(chosen, alt.topology):
+                continue
+            if alt.numa_affinity == 'require' and host.cells:
+                node = {g.numa_node for g in chosen}
+                cell = host.cells.get(node.pop()) if len(node) == 1 else None
+                if cell is None or not cell.fits(alt.cpu_milli,
+                                                 alt.memory_mib):
+                    continue
+            return True
+        return False
+
+    # -- decisions and claims ----------------------------------------------
+
+    def decide(self, entry, spec_obj, num_instances, ranked):
+        entry.last = Decision(spec_obj, num_instances, ranked)
+
+    def decision(self, nodename, spec_obj):
+        entry = self._hosts.get(nodename)
+        last = entry and entry.last
+        if last is None or last.spec_ref() is not spec_obj:
+            return None
+        return last.ranked
+
+    def catch_claim(self, entry, spec_obj, num_instances):
+        """Count the previous instance of a multi-create, if it landed here.
+
+        Nova claims candidate 0 of the chosen host and then bumps that
+        HostState's ``num_instances`` before filtering the next instance of
+        the same request; candidate 0 is the set this view put first.
+        """
+        last = entry.last
+        if (last is None or last.ranked is None
+                or last.spec_ref() is not spec_obj
+                or last.instance_uuid == getattr(spec_obj, 'instance_uuid',
+                                                 None)
+                or num_instances <= last.num_instances):
+            return
+        entry.last = None
+        self.claim(entry, last.ranked.choice.placement)
+
+    def claim(self, entry, placement):
+        """Count ``placement`` until the host's next report or the TTL."""
+        with self._lock:
+            try:
+                entry.host.allocate(placement)
+            except exceptions.GpuError as e:
+                LOG.debug('Not counting claim on %s: %s', entry.nodename, e)
+                return
+            ttl = CONF.gpu_scheduler.pending_claim_ttl
+            entry.pending.append((self.clock() + ttl, placement))
+            entry.changed()
+
+    def _expire(self, entry):
+        if not entry.pending or entry.pending[0][0] > self.clock():
+            return
+        now = self.clock()
+        keep = []
+        for expiry, placement in entry.pending:
+            if expiry > now:
+                keep.append((expiry, placement))
+                continue
+            try:
+                entry.host.free(placement)
+            except exceptions.GpuError:
+                pass
+        entry.pending = keep
+        entry.changed()
+
+
+def _plain(req):
+    """The device part of a request, for the demand distribution."""
+    return dataclasses.replace(req, cpu_milli=0, memory_mib=0,
+                               numa_affinity='none')
+
+
+def _set_cells(host, cells):
+    for cid, cpu, cpu_used, mem, mem_used in cells:
+        cell = host.cells.get(cid)
+        if cell is None:
+            cell = host.cells[cid] = host_mod.NumaCell(cid, cpu, mem)
+        cell.cpu_milli, cell.memory_mib = cpu, mem
+        cell.cpu_used, cell.memory_used = cpu_used, mem_used
+
+
+def _typical_requests(catalog):
+    result = []
+    for line in CONF.gpu_scheduler.typical_requests:
+        specs = dict(part.split('=', 1) for part in line.split(';')
+                     if '=' in part)
+        spec = flavor.parse(specs, catalog)
+        if spec is None or not spec.alternatives:
+            raise exceptions.InvalidRequest(
+                '[gpu_scheduler] typical_requests: %r asks for no GPU'
+                % line)
+        result.append(_plain(spec.alternatives[0]))
+    return result
+
+
+class PlacementResolver:
+    """Provider name -> UUID through the Placement API (report ingestion)."""
+
+    def __init__(self, client=None):
+        self._client = client
+
+    def _get(self, url):
+        if self._client is None:
+            from nova.scheduler.client import report
+            self._client = report.report_client_singleton()
+        resp = self._client.get(url, version='1.14')
+        if not resp:
+            raise exceptions.GpuError('GET %s: %s' % (url, resp.status_code))
+        return resp.json()['resource_providers']
+
+    def __call__(self, nodename, names):
+        roots = self._get('/resource_providers?name=%s' % nodename)
+        if not roots:
+            raise exceptions.GpuError('no resource provider named %s'
+                                      % nodename)
+        tree = self._get('/resource_providers?in_tree=%s'
+                         % roots[0]['uuid'])
+        wanted = set(names)
+        return {rp['name']: rp['uuid'] for rp in tree
+                if rp['name'] in wanted}
+
+
+_VIEW = None
+_VIEW_LOCK = threading.Lock()
+
+
+def get_view():
+    """The process-wide view, created (and its listener started) once."""
+    global _VIEW
+    with _VIEW_LOCK:
+        if _VIEW is None:
+            _VIEW = GpuView(resolver=PlacementResolver())
+            if CONF.gpu_scheduler.report_listener:
+                from nova_gpu.scheduler import listener
+                listener.start(_VIEW)
+        return _VIEW
+
+
+def set_view(view):
+    """Install ``view`` as the process-wide one (tests, demo); returns it."""
+    global _VIEW
+    with _VIEW_LOCK:
+        _VIEW = view
+    return view

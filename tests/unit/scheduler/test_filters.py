@@ -1,0 +1,143 @@
+"""GpuFilter and the weighers on real Nova HostState and RequestSpec."""
+
+import logging
+import unittest
+
+import fixtures
+
+try:
+    from nova import objects
+    from nova.scheduler import filters as nova_filters
+    from nova.scheduler import host_manager
+    from nova.scheduler import weights as nova_weights
+except ImportError:  # the py3 env has no Nova; functional has
+    objects = None
+
+from tests.unit.scheduler import base
+
+
+def candidate(*rps):
+    return {'allocations': {rp: {'resources': {'VGPU': 1}} for rp in rps},
+            'mappings': {'': list(rps)}}
+
+
+@unittest.skipIf(objects is None, 'nova is not installed')
+class FilterTest(base.TestCase):
+
+    def setUp(self):
+        super().setUp()
+        objects.register_all()
+        from nova_gpu.scheduler import filters
+        from nova_gpu.scheduler import weighers
+        self.filter = filters.GpuFilter(self.view)
+        self.weighers = [weighers.GpuFragmentationWeigher(self.view),
+                         weighers.GpuTopologyWeigher(self.view)]
+
+    def host_state(self, nodename, candidates):
+        state = host_manager.HostState(nodename, nodename, 'cell')
+        state.uuid = nodename + '-root'
+        state.allocation_candidates = candidates
+        return state
+
+    def request(self, **specs):
+        flavor = objects.Flavor(
+            name='f', vcpus=2, memory_mb=2048, root_gb=1, ephemeral_gb=0,
+            swap=0, extra_specs={k.replace('__', ':'): v
+                                 for k, v in specs.items()})
+        return objects.RequestSpec(flavor=flavor, instance_uuid='i1',
+                                   num_instances=1, scheduler_hints={},
+                                   ignore_hosts=None, force_hosts=None,
+                                   force_nodes=None)
+
+    def run_filter(self, states, spec_obj):
+        handler = nova_filters.HostFilterHandler()
+        return handler.get_filtered_objects([self.filter], states, spec_obj)
+
+    def test_candidates_reordered_to_the_best_gpu(self):
+        self.add_host('h1', 'A100-40GB', vgpu_type='A100-10C', used={2: 1})
+        state = self.host_state('h1', [candidate('h1-rp0'),
+                                       candidate('h1-rp1'),
+                                       candidate('h1-rp2')])
+        passed = self.run_filter([state], self.request(resources__VGPU='1'))
+        self.assertEqual([state], passed)
+        self.assertEqual(['h1-rp2', 'h1-rp0', 'h1-rp1'],
+                         [list(c['allocations'])[0]
+                          for c in state.allocation_candidates])
+
+    def test_wrong_model_dropped_with_reason_logged(self):
+        log = self.useFixture(fixtures.FakeLogger(level=logging.INFO))
+        self.add_host('h1', 'A100-40GB', vgpu_type='A100-10C')
+        state = self.host_state('h1', [candidate('h1-rp0')])
+        passed = self.run_filter([state], self.request(
+            gpu__profile='H100-10C', resources__VGPU='1'))
+        self.assertEqual([], passed)
+        self.assertIn('h1: has no GPU of model H100-80GB', log.output)
+
+    def test_invalid_candidate_pairs_dropped(self):
+        self.add_host('h1', 'A100-40GB', vgpu_type='A100-10C', per_numa=2)
+        state = self.host_state('h1', [
+            candidate('h1-rp1', 'h1-rp2'), candidate('h1-rp2', 'h1-rp3'),
+            candidate('h1-rp0', 'h1-rp3')])
+        passed = self.run_filter([state], self.request(
+            gpu__count='2', gpu__topology='numa', resources1__VGPU='1',
+            resources2__VGPU='1', group_policy='isolate'))
+        self.assertEqual([state], passed)
+        self.assertEqual([candidate('h1-rp2', 'h1-rp3')],
+                         state.allocation_candidates)
+
+    def test_unknown_host_stock_flavor_passes_explicit_does_not(self):
+        state = self.host_state('nohost', [candidate('x')])
+        self.assertEqual([state], self.run_filter(
+            [state], self.request(resources__VGPU='1')))
+        self.assertEqual([], self.run_filter(
+            [state], self.request(gpu__profile='A100-10C',
+                                  resources__VGPU='1')))
+
+    def test_flavor_without_placement_resources_refused(self):
+        log = self.useFixture(fixtures.FakeLogger(level=logging.INFO))
+        self.add_host('h1', 'A100-40GB', vgpu_type='A100-10C')
+        state = self.host_state('h1', [candidate('h1-rp0')])
+        self.assertEqual([], self.run_filter(
+            [state], self.request(gpu__profile='A100-10C')))
+        self.assertIn('set resources:VGPU=1', log.output)
+
+    def test_no_gpu_request_untouched(self):
+        state = self.host_state('h1', [candidate('h1-rp0')])
+        self.assertEqual([state], self.run_filter([state], self.request()))
+
+    def test_multi_create_counts_the_previous_claim(self):
+        self.add_host('h1', 'A100-40GB', count=2, vgpu_type='A100-40C')
+        state = self.host_state('h1', [candidate('h1-rp0'),
+                                       candidate('h1-rp1')])
+        spec_obj = self.request(resources__VGPU='1')
+        self.run_filter([state], spec_obj)
+        first = list(state.allocation_candidates[0]['allocations'])[0]
+        # Nova claims candidate 0 and consumes the host, then filters the
+        # next instance of the same request.
+        state.num_instances += 1
+        spec_obj.instance_uuid = 'i2'
+        passed = self.run_filter([state], spec_obj)
+        self.assertEqual([state], passed)
+        self.assertEqual(1, len(state.allocation_candidates))
+        self.assertNotEqual(first, list(
+            state.allocation_candidates[0]['allocations'])[0])
+
+    def test_weighers_prefer_packing_host(self):
+        self.add_host('h1', 'A100-40GB', vgpu_type='A100-10C')
+        self.add_host('h2', 'A100-40GB', vgpu_type='A100-10C', used={0: 2})
+        s1 = self.host_state('h1', [candidate('h1-rp0')])
+        s2 = self.host_state('h2', [candidate('h2-rp0')])
+        spec_obj = self.request(resources__VGPU='1')
+        passed = self.run_filter([s1, s2], spec_obj)
+        weighed = nova_weights.HostWeightHandler().get_weighed_objects(
+            self.weighers, passed, spec_obj)
+        self.assertEqual('h2', weighed[0].obj.nodename)
+
+    def test_weigher_multiplier_aggregate_override(self):
+        self.add_host('h1', 'A100-40GB', vgpu_type='A100-10C')
+        state = self.host_state('h1', [])
+        state.aggregates = [objects.Aggregate(
+            id=1, name='a', hosts=['h1'],
+            metadata={'gpu_fragmentation_weight_multiplier': '-2.5'})]
+        self.assertEqual(-2.5, self.weighers[0].weight_multiplier(state))
+        self.assertEqual(1.0, self.weighers[1].weight_multiplier(state))
