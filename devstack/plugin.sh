@@ -1,0 +1,183 @@
+#!/bin/bash
+# shellcheck shell=bash
+#
+# devstack plugin of nova-gpu: installs the package into the Python
+# environment Nova runs from, adds the GPU filter and weighers to
+# nova-scheduler, runs nova-gpu-agent beside nova-compute and creates
+# example GPU flavors.
+#
+# devstack sources this file as "plugin.sh <mode> <phase>" after
+# devstack/settings; its functions (iniset, run_process, ...) are defined.
+
+# Nova's own defaults, used when nova.conf does not set the option yet, so
+# that appending our classes keeps what Nova would have loaded.
+NOVA_GPU_STOCK_AVAILABLE_FILTERS=nova.scheduler.filters.all_filters
+NOVA_GPU_STOCK_WEIGHERS=nova.scheduler.weights.all_weighers
+NOVA_GPU_STOCK_ENABLED_FILTERS=ComputeFilter,ComputeCapabilitiesFilter,ImagePropertiesFilter,ServerGroupAntiAffinityFilter,ServerGroupAffinityFilter
+
+# _nova_gpu_list_add <file> <section> <option> <default> <item>...
+# Append items to a comma-separated option unless already there.
+function _nova_gpu_list_add {
+    local file=$1 section=$2 option=$3 default=$4
+    shift 4
+    local current item changed=""
+    current=$(iniget "$file" "$section" "$option")
+    current=${current:-$default}
+    for item in "$@"; do
+        case ",$current," in
+            *",$item,"*) ;;
+            *) current=${current:+$current,}$item changed=1 ;;
+        esac
+    done
+    [[ -n "$changed" ]] || return 0
+    iniset "$file" "$section" "$option" "$current"
+}
+
+# _nova_gpu_multi_add <file> <section> <option> <default> <item>...
+# Same for a multi-valued option (one line per value).
+function _nova_gpu_multi_add {
+    local file=$1 section=$2 option=$3 default=$4
+    shift 4
+    local current item changed=""
+    current=$(iniget_multiline "$file" "$section" "$option")
+    current=${current:-$default}
+    for item in "$@"; do
+        case " $current " in
+            *" $item "*) ;;
+            *) current=${current:+$current }$item changed=1 ;;
+        esac
+    done
+    [[ -n "$changed" ]] || return 0
+    # Values are class paths or extra specs: never blanks, so word
+    # splitting is what separates them.
+    # shellcheck disable=SC2086
+    iniset_multiline "$file" "$section" "$option" $current
+}
+
+function install_nova_gpu {
+    local extras=""
+    if is_service_enabled nova-gpu-agent; then
+        extras=$NOVA_GPU_EXTRAS
+        # libvirt's node-device API calls mdevctl to define mdevs.
+        install_package mdevctl
+    fi
+    setup_develop "$NOVA_GPU_DIR" "$extras"
+}
+
+function configure_nova_gpu_scheduler {
+    local weighers
+    IFS=, read -r -a weighers <<< "$NOVA_GPU_WEIGHERS"
+    _nova_gpu_multi_add "$NOVA_CONF" filter_scheduler available_filters \
+        "$NOVA_GPU_STOCK_AVAILABLE_FILTERS" "$NOVA_GPU_FILTER"
+    # enabled_filters names classes, not paths.
+    _nova_gpu_list_add "$NOVA_CONF" filter_scheduler enabled_filters \
+        "$NOVA_GPU_STOCK_ENABLED_FILTERS" "${NOVA_GPU_FILTER##*.}"
+    _nova_gpu_list_add "$NOVA_CONF" filter_scheduler weight_classes \
+        "$NOVA_GPU_STOCK_WEIGHERS" "${weighers[@]}"
+    if [[ -n "$NOVA_GPU_TYPICAL_REQUESTS" ]]; then
+        # shellcheck disable=SC2086
+        _nova_gpu_multi_add "$NOVA_CONF" gpu_scheduler typical_requests "" \
+            $NOVA_GPU_TYPICAL_REQUESTS
+    fi
+}
+
+function configure_nova_gpu_compute {
+    local conf provider_dir
+    provider_dir=${NOVA_CONF_DIR:-/etc/nova}/provider_config
+    # nova-cpu.conf is copied from nova.conf when nova-compute starts;
+    # write both so that either order works.
+    for conf in "$NOVA_CONF" "${NOVA_CPU_CONF:-}"; do
+        [[ -n "$conf" && -f "$conf" ]] || continue
+        iniset "$conf" compute provider_config_location "$provider_dir/"
+        if [[ -n "$NOVA_GPU_MDEV_TYPES" ]]; then
+            iniset "$conf" devices enabled_mdev_types "$NOVA_GPU_MDEV_TYPES"
+        fi
+    done
+
+    sudo install -d -o "$STACK_USER" "$NOVA_GPU_CONF_DIR" \
+        "$NOVA_GPU_STATE_DIR" "$NOVA_GPU_STATE_DIR/outbox"
+    sudo install -d -o "$STACK_USER" "$provider_dir"
+    iniset "$NOVA_GPU_AGENT_CONF" gpu_agent provider_config_file \
+        "$provider_dir/nova-gpu.yaml"
+    iniset "$NOVA_GPU_AGENT_CONF" gpu_agent outbox_dir \
+        "$NOVA_GPU_STATE_DIR/outbox"
+    iniset "$NOVA_GPU_AGENT_CONF" gpu_agent libvirt_uri \
+        "${LIBVIRT_URI:-qemu:///system}"
+    # The agent publishes on the topic the scheduler listens to.
+    local topic
+    topic=$(iniget "$NOVA_CONF" gpu_scheduler report_topic)
+    if [[ -n "$topic" ]]; then
+        iniset "$NOVA_GPU_AGENT_CONF" gpu_agent report_topic "$topic"
+    fi
+}
+
+function start_nova_gpu_agent {
+    # nova-cpu.conf first: the agent reads the message bus and Placement
+    # credentials from it, its own options from the second file.
+    run_process nova-gpu-agent "$(get_python_exec_prefix)/nova-gpu-agent \
+--config-file ${NOVA_CPU_CONF:-$NOVA_CONF} --config-file $NOVA_GPU_AGENT_CONF"
+}
+
+# create_nova_gpu_flavors: one flavor per NOVA_GPU_FLAVORS entry,
+# name|vcpus|ram_mb|disk_gb|key=value|...; existing flavors are kept.
+function create_nova_gpu_flavors {
+    local entry name vcpus ram disk spec
+    local -a fields props
+    for entry in $NOVA_GPU_FLAVORS; do
+        IFS='|' read -r -a fields <<< "$entry"
+        if [[ ${#fields[@]} -lt 4 ]]; then
+            die $LINENO "NOVA_GPU_FLAVORS entry '$entry' needs at least name|vcpus|ram_mb|disk_gb"
+        fi
+        name=${fields[0]} vcpus=${fields[1]} ram=${fields[2]} disk=${fields[3]}
+        props=()
+        for spec in "${fields[@]:4}"; do
+            if [[ "$spec" != *=* ]]; then
+                die $LINENO "NOVA_GPU_FLAVORS entry '$entry': '$spec' is not key=value"
+            fi
+            props+=(--property "$spec")
+        done
+        if openstack --os-cloud devstack-admin flavor show "$name" \
+                >/dev/null 2>&1; then
+            continue
+        fi
+        openstack --os-cloud devstack-admin flavor create --vcpus "$vcpus" \
+            --ram "$ram" --disk "$disk" "${props[@]}" "$name"
+    done
+}
+
+function stop_nova_gpu_agent {
+    stop_process nova-gpu-agent
+}
+
+function cleanup_nova_gpu {
+    sudo rm -rf "$NOVA_GPU_CONF_DIR" "$NOVA_GPU_STATE_DIR"
+}
+
+if [[ "$1" == "stack" && "$2" == "install" ]]; then
+    echo_summary "Installing nova-gpu"
+    install_nova_gpu
+elif [[ "$1" == "stack" && "$2" == "post-config" ]]; then
+    echo_summary "Configuring nova-gpu"
+    if [[ "$NOVA_GPU_ENABLE_SCHEDULER" == "True" ]]; then
+        configure_nova_gpu_scheduler
+    fi
+    if is_service_enabled nova-gpu-agent; then
+        configure_nova_gpu_compute
+    fi
+elif [[ "$1" == "stack" && "$2" == "extra" ]]; then
+    if is_service_enabled nova-gpu-agent; then
+        echo_summary "Starting nova-gpu-agent"
+        start_nova_gpu_agent
+    fi
+    if is_service_enabled n-api; then
+        create_nova_gpu_flavors
+    fi
+fi
+
+if [[ "$1" == "unstack" ]]; then
+    stop_nova_gpu_agent
+fi
+
+if [[ "$1" == "clean" ]]; then
+    cleanup_nova_gpu
+fi
