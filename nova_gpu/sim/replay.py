@@ -137,8 +137,10 @@ def audit(nodes, tasks_by_name, path):
     """Check a placements CSV is a valid packing; returns problems found.
 
     No GPU over 1000 milli, no node over its CPU or memory, every task's
-    GPU count, share and model list kept, and whole-GPU tasks alone on
-    their GPUs.
+    GPU count, share and model list kept, whole-GPU tasks alone on their
+    GPUs, and no task failed while some node could take it (work
+    conservation). ``tasks_by_name`` maps a task name to (cpu, memory,
+    num_gpu, milli, spec).
     """
     index = {name: i for i, name in enumerate(nodes.names)}
     cpu = nodes.cpu.astype(np.int64).copy()
@@ -149,12 +151,16 @@ def audit(nodes, tasks_by_name, path):
     problems = []
     with open(path, newline='') as f:
         for line, row in enumerate(csv.DictReader(f), 2):
-            if not row['node']:
-                continue
             t = tasks_by_name.get(row['task'])
             if t is None:
                 problems.append('line %d: unknown task %s' % (line,
                                                                row['task']))
+                continue
+            if not row['node']:
+                fits = _fits_somewhere(nodes, cpu, mem, left, t)
+                if fits is not None:
+                    problems.append('line %d: %s failed but fits %s'
+                                    % (line, row['task'], fits))
                 continue
             n = index.get(row['node'])
             if n is None:
@@ -191,3 +197,22 @@ def audit(nodes, tasks_by_name, path):
                     problems.append('line %d: %s GPU %d over-committed'
                                     % (line, row['node'], g))
     return problems
+
+
+def _fits_somewhere(nodes, cpu, mem, left, task):
+    tcpu, tmem, tnum, tmilli, tspec = task
+    for n in range(len(nodes)):
+        if cpu[n] < tcpu or mem[n] < tmem:
+            continue
+        if tnum and tspec is not None and nodes.models[n] not in tspec:
+            continue
+        if (left[n] >= tmilli).sum() >= tnum:
+            return nodes.names[n]
+    return None
+
+
+def task_index(tasks):
+    """{name: (cpu, memory, num_gpu, milli, spec)} for ``audit``."""
+    return {tasks.names[i]: (int(tasks.cpu[i]), int(tasks.memory[i]),
+                             int(tasks.num_gpu[i]), int(tasks.milli[i]),
+                             tasks.spec[i]) for i in range(len(tasks))}

@@ -180,7 +180,14 @@ def workload(tasks, capacity_milli, tune, seed):
             i = index.pop(int(rng.integers(0, len(index))))
             total -= int(request[i])
     order = rng.permutation(len(index))
-    return tasks.take(np.array(index)[order])
+    result = tasks.take(np.array(index)[order])
+    # Drawn copies get their own names, as the artifact's "-tuned-<i>".
+    original = len(tasks) if total >= request.sum() else 0
+    for pos, k in enumerate(order):
+        if original and k >= original:
+            result.names[pos] = '%s-tuned-%d' % (result.names[pos],
+                                                 k - original)
+    return result
 
 
 @dataclasses.dataclass(frozen=True)
