@@ -1,11 +1,75 @@
-"""Options of the nova-gpu agent side."""
+"""Options of the nova-gpu compute agent: ``[gpu_agent]``."""
 
-opts = []
+from oslo_config import cfg
+
+agent_group = cfg.OptGroup(
+    'gpu_agent', title='nova-gpu compute agent',
+    help='Options of nova-gpu-agent, the service that runs beside '
+         'nova-compute on every GPU host, and of the nova-gpu helper CLI.')
+
+opts = [
+    cfg.StrOpt('host', sample_default='<hostname>',
+               help='Name of this compute host as nova-compute reports it '
+                    '(its [DEFAULT] host). Defaults to the hostname.'),
+    cfg.StrOpt('nodename', sample_default='<host>',
+               help='Hypervisor node name, used to name the Placement '
+                    'resource providers of the physical GPUs '
+                    '("<nodename>_pci_<address>"). Defaults to host.'),
+    cfg.StrOpt('libvirt_uri', default='qemu:///system',
+               help='libvirt connection URI used for node devices and '
+                    'domains.'),
+    cfg.StrOpt('sysfs_root', default='/sys',
+               help='Where sysfs is mounted. Only tests change this.'),
+    cfg.BoolOpt('use_nvml', default=True,
+                help='Read GPUs through NVML (pynvml). Hosts without the '
+                     'NVIDIA driver work without it: discovery then uses '
+                     'sysfs and libvirt only.'),
+    cfg.IntOpt('reconcile_interval', default=60, min=0,
+               help='Seconds between two reconcile passes (adopt devices, '
+                    'start persistent mdevs, remove orphans) and reports. '
+                    '0 runs once at start only.'),
+    cfg.BoolOpt('remove_orphans', default=True,
+                help='Remove mediated devices that no defined libvirt '
+                     'domain references. A device referenced by any '
+                     'domain, running or not, is never touched.'),
+    cfg.IntOpt('orphan_grace_period', default=300, min=0,
+               help='Seconds a device must have been seen unused before '
+                    'it counts as an orphan, so that a device nova-compute '
+                    'just created for a guest that is still being defined '
+                    'is left alone.'),
+    cfg.FloatOpt('device_timeout', default=10.0, min=0.1,
+                 help='Seconds to wait for a device to appear in or '
+                      'disappear from sysfs after asking for it.'),
+    cfg.IntOpt('libvirt_retries', default=3, min=0,
+               help='How often to retry a libvirt call that failed '
+                    'because libvirtd is not reachable.'),
+    cfg.StrOpt('provider_config_file',
+               default='/etc/nova/provider_config/nova-gpu.yaml',
+               help='Provider config YAML written for nova-compute '
+                    '([compute] provider_config_location must include its '
+                    'directory). It carries the GPU topology traits, '
+                    'which stick across nova-compute\'s periodic provider '
+                    'updates. Empty disables it.'),
+    cfg.StrOpt('report_topic', default='nova_gpu_reports',
+               help='oslo.messaging notification topic of host GPU '
+                    'reports.'),
+    cfg.StrOpt('outbox_dir', default='/var/lib/nova-gpu/outbox',
+               help='Reports that could not be sent (broker down) are '
+                    'kept here and sent again, oldest first.'),
+    cfg.IntOpt('outbox_max', default=100, min=1,
+               help='Most unsent reports kept; older ones are dropped '
+                    'first, since a newer report supersedes them.'),
+    cfg.BoolOpt('use_placement', default=False,
+                help='Also check the GPU resource providers in Placement '
+                     '(openstacksdk, [placement] credentials) and log the '
+                     'ones nova-compute has not created yet.'),
+]
 
 
 def register_opts(conf):
-    pass
+    conf.register_group(agent_group)
+    conf.register_opts(opts, group=agent_group)
 
 
 def list_opts():
-    return []
+    return [(agent_group, opts)]

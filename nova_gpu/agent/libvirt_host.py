@@ -1,0 +1,237 @@
+"""The agent's view of libvirtd: node devices (mdevs) and domains.
+
+Persistent mdevs go through libvirt's node-device API (define, create,
+autostart; libvirtd runs mdevctl), so Nova's libvirt driver sees and reuses
+them. Calls that fail because libvirtd is unreachable are retried on a
+fresh connection a few times, then reported as ``Unavailable``.
+"""
+
+import time
+
+from oslo_log import log as logging
+
+from nova_gpu.agent import errors
+from nova_gpu.agent import xmlbuild
+
+LOG = logging.getLogger(__name__)
+
+try:
+    import libvirt
+except ImportError:  # the agent can still run discovery without it
+    libvirt = None
+
+
+def _is_connection_error(exc):
+    code = exc.get_error_code()
+    return code in {getattr(libvirt, n) for n in
+                    ('VIR_ERR_SYSTEM_ERROR', 'VIR_ERR_NO_CONNECT',
+                     'VIR_ERR_RPC')} or (
+        exc.get_error_domain() in (libvirt.VIR_FROM_RPC,
+                                   libvirt.VIR_FROM_REMOTE))
+
+
+def _explain(exc):
+    msg = exc.get_error_message() or str(exc)
+    if 'mdevctl' in msg and ('not found' in msg.lower()
+                             or 'cannot find' in msg.lower()
+                             or 'no such file' in msg.lower()):
+        return errors.Unavailable('mdevctl is not installed on this host '
+                                  '(libvirtd needs it for mdevs): %s' % msg)
+    return None
+
+
+class LibvirtHost:
+    def __init__(self, uri='qemu:///system', retries=3, retry_delay=0.5,
+                 settle_timeout=10.0):
+        if libvirt is None:
+            raise errors.Unavailable('libvirt-python is not installed')
+        self.uri = uri
+        self.retries = retries
+        self.retry_delay = retry_delay
+        self.settle_timeout = settle_timeout
+        self._conn = None
+
+    def _connect(self):
+        if self._conn is not None:
+            try:
+                if self._conn.isAlive():
+                    return self._conn
+            except libvirt.libvirtError:
+                pass
+            self._conn = None
+        self._conn = libvirt.open(self.uri)
+        return self._conn
+
+    def call(self, what, fn):
+        """Run ``fn(conn)``; reconnect and retry while libvirtd is away."""
+        last = None
+        for attempt in range(self.retries + 1):
+            try:
+                return fn(self._connect())
+            except libvirt.libvirtError as e:
+                special = _explain(e)
+                if special:
+                    raise special from e
+                if not _is_connection_error(e) and self._conn_alive():
+                    raise errors.AgentError('%s failed: %s' % (
+                        what, e.get_error_message() or e)) from e
+                last = e
+                self._conn = None
+                if attempt < self.retries:
+                    LOG.warning('libvirt at %s unreachable during %s (%s); '
+                                'retrying', self.uri, what, e)
+                    time.sleep(self.retry_delay * (attempt + 1))
+        raise errors.Unavailable('libvirtd at %s is not reachable (%s): %s'
+                                 % (self.uri, what, last)) from last
+
+    def _conn_alive(self):
+        if self._conn is None:
+            return False
+        try:
+            return bool(self._conn.isAlive())
+        except libvirt.libvirtError:
+            return False
+
+    def close(self):
+        if self._conn is not None:
+            try:
+                self._conn.close()
+            except libvirt.libvirtError:
+                pass
+            self._conn = None
+
+    # -- node devices -----------------------------------------------------
+
+    def mdevs(self):
+        """Every mdev libvirt knows, active or only defined, by UUID."""
+        def list_(conn):
+            result = {}
+            for dev in conn.listAllDevices(
+                    libvirt.VIR_CONNECT_LIST_NODE_DEVICES_CAP_MDEV):
+                info = xmlbuild.nodedev_info(dev.XMLDesc(0))
+                info['active'] = bool(dev.isActive())
+                info['persistent'] = bool(dev.isPersistent())
+                info['autostart'] = bool(dev.autostart())
+                result[info['uuid']] = info
+            return result
+        return self.call('listing mdevs', list_)
+
+    def pci_devices(self):
+        def list_(conn):
+            return [xmlbuild.nodedev_info(d.XMLDesc(0)) for d in
+                    conn.listAllDevices(
+                        libvirt.VIR_CONNECT_LIST_NODE_DEVICES_CAP_PCI_DEV)]
+        return self.call('listing PCI devices', list_)
+
+    def define_mdev(self, parent_address, type_id, uuid):
+        xml = xmlbuild.mdev_nodedev(parent_address, type_id, uuid)
+        return self.call('defining mdev %s' % uuid,
+                         lambda c: c.nodeDeviceDefineXML(xml, 0).name())
+
+    def _settled(self, fn):
+        """Run ``fn`` again while libvirt's mdev list settles.
+
+        libvirtd re-reads mdevctl's definitions some time after each
+        change in /etc/mdevctl.d; meanwhile a device that was just defined
+        can briefly be missing from its list.
+        """
+        def run(conn):
+            deadline = time.monotonic() + self.settle_timeout
+            while True:
+                try:
+                    return fn(conn)
+                except libvirt.libvirtError as e:
+                    if (e.get_error_code() != libvirt.VIR_ERR_NO_NODE_DEVICE
+                            or time.monotonic() > deadline):
+                        raise
+                time.sleep(0.02)
+        return run
+
+    def start_device(self, name, autostart=True):
+        def start(conn):
+            dev = conn.nodeDeviceLookupByName(name)
+            if not dev.isActive():
+                dev.create(0)
+            if autostart and not dev.autostart():
+                dev.setAutostart(1)
+        self.call('starting %s' % name, self._settled(start))
+
+    def stop_device(self, name):
+        def stop(conn):
+            dev = conn.nodeDeviceLookupByName(name)
+            if dev.isActive():
+                dev.destroy()
+        self.call('stopping %s' % name, self._settled(stop))
+
+    def undefine_device(self, name):
+        def undefine(conn):
+            dev = conn.nodeDeviceLookupByName(name)
+            if dev.isPersistent():
+                dev.undefine(0)
+            # Wait until libvirt has re-read mdevctl's definitions, so that
+            # callers (and the next reconcile) see the device gone.
+            deadline = time.monotonic() + self.settle_timeout
+            while time.monotonic() < deadline:
+                try:
+                    dev = conn.nodeDeviceLookupByName(name)
+                    if not dev.isPersistent():
+                        return
+                except libvirt.libvirtError as e:
+                    if e.get_error_code() == libvirt.VIR_ERR_NO_NODE_DEVICE:
+                        return
+                    raise
+                time.sleep(0.02)
+        self.call('undefining %s' % name, self._settled(undefine))
+
+    def define_existing(self, info):
+        """Make an active transient mdev persistent (adoption)."""
+        parent = info.get('parent_addr')
+        return self.define_mdev(parent, info['mdev_type'], info['uuid'])
+
+    # -- domains ----------------------------------------------------------
+
+    def domain_refs(self):
+        """{mdev UUID or PCI address: [domain names]} over every domain
+        libvirt knows, running or only defined, live and persistent XML.
+        """
+        def scan(conn):
+            refs = {}
+            for dom in conn.listAllDomains(0):
+                docs = [dom.XMLDesc(0)]
+                if dom.isActive() and dom.isPersistent():
+                    docs.append(dom.XMLDesc(
+                        libvirt.VIR_DOMAIN_XML_INACTIVE))
+                for doc in docs:
+                    uuids, addrs = xmlbuild.hostdev_refs(doc)
+                    for key in uuids | addrs:
+                        names = refs.setdefault(key, [])
+                        if dom.name() not in names:
+                            names.append(dom.name())
+            return refs
+        return self.call('listing domains', scan)
+
+    def _domain(self, conn, name):
+        try:
+            return conn.lookupByName(name)
+        except libvirt.libvirtError as e:
+            if e.get_error_code() == libvirt.VIR_ERR_NO_DOMAIN:
+                raise errors.NotFound('no libvirt domain named %r' % name)
+            raise
+
+    def attach(self, domain, hostdev_xml):
+        def attach(conn):
+            dom = self._domain(conn, domain)
+            flags = libvirt.VIR_DOMAIN_AFFECT_CONFIG
+            if dom.isActive():
+                flags |= libvirt.VIR_DOMAIN_AFFECT_LIVE
+            dom.attachDeviceFlags(hostdev_xml, flags)
+        self.call('attaching a device to %s' % domain, attach)
+
+    def detach(self, domain, hostdev_xml):
+        def detach(conn):
+            dom = self._domain(conn, domain)
+            flags = libvirt.VIR_DOMAIN_AFFECT_CONFIG
+            if dom.isActive():
+                flags |= libvirt.VIR_DOMAIN_AFFECT_LIVE
+            dom.detachDeviceFlags(hostdev_xml, flags)
+        self.call('detaching a device from %s' % domain, detach)

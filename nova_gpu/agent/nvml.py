@@ -1,0 +1,248 @@
+"""Read GPUs through NVML (pynvml) and create MIG instances.
+
+NVML is optional: on a host without the NVIDIA driver ``nvmlInit`` raises
+``NVMLError_LibraryNotFound`` and ``Nvml.available`` is False; discovery
+then relies on sysfs and libvirt. ``lib`` is the pynvml module, replaced by
+a fake in tests (the only place a fake stands in for it).
+"""
+
+import ctypes
+import dataclasses
+
+from oslo_log import log as logging
+
+from nova_gpu.agent import errors
+
+LOG = logging.getLogger(__name__)
+
+MAX_GPU_INSTANCES = 8
+
+
+@dataclasses.dataclass
+class MigInstance:
+    gi_id: int
+    profile_id: int
+    start: int
+    size: int
+    compute_slices: int
+    memory_mib: int
+
+
+@dataclasses.dataclass
+class NvmlGpu:
+    index: int
+    address: str
+    name: str
+    memory_mib: int
+    mig_enabled: bool = False
+    mig_instances: list = dataclasses.field(default_factory=list)
+    nvlink_remotes: tuple = ()    # PCI addresses at the far end of links
+    supported_vgpu_types: dict = dataclasses.field(default_factory=dict)
+    creatable_vgpu_types: dict = dataclasses.field(default_factory=dict)
+    numa_node: int = None
+
+
+def normalise_bus_id(bus_id):
+    """``00000000:3B:00.0`` (NVML) -> ``0000:3b:00.0`` (sysfs, libvirt)."""
+    if isinstance(bus_id, bytes):
+        bus_id = bus_id.decode()
+    domain, _, rest = bus_id.strip().lower().partition(':')
+    return '%04x:%s' % (int(domain, 16), rest)
+
+
+def _text(value):
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def _mig_profile_id(lib, compute_slices, memory_slices, media):
+    """NVML GPU instance profile id for a catalog MIG profile shape."""
+    if compute_slices == 1:
+        if media:
+            return lib.NVML_GPU_INSTANCE_PROFILE_1_SLICE_REV1
+        if memory_slices == 2:
+            return lib.NVML_GPU_INSTANCE_PROFILE_1_SLICE_REV2
+        return lib.NVML_GPU_INSTANCE_PROFILE_1_SLICE
+    name = 'NVML_GPU_INSTANCE_PROFILE_%d_SLICE' % compute_slices
+    if not hasattr(lib, name):
+        raise errors.NotFound('NVML has no GPU instance profile with %d '
+                              'compute slices' % compute_slices)
+    return getattr(lib, name)
+
+
+class Nvml:
+    def __init__(self, lib=None):
+        if lib is None:
+            try:
+                import pynvml as lib
+            except ImportError:
+                lib = None
+        self.lib = lib
+        self.available = False
+        self.reason = None
+        if lib is None:
+            self.reason = 'pynvml (nvidia-ml-py) is not installed'
+            return
+        try:
+            lib.nvmlInit()
+            self.available = True
+        except lib.NVMLError_LibraryNotFound:
+            self.reason = 'NVIDIA driver not installed (no libnvidia-ml)'
+        except lib.NVMLError as e:
+            self.reason = 'NVML cannot start: %s' % e
+        if self.reason:
+            LOG.info('NVML not used: %s', self.reason)
+
+    def close(self):
+        if self.available:
+            self.lib.nvmlShutdown()
+            self.available = False
+
+    def _try(self, fn, *args, default=None):
+        try:
+            return fn(*args)
+        except self.lib.NVMLError:
+            return default
+
+    def gpus(self):
+        if not self.available:
+            return []
+        lib = self.lib
+        result = []
+        for index in range(lib.nvmlDeviceGetCount()):
+            dev = lib.nvmlDeviceGetHandleByIndex(index)
+            gpu = NvmlGpu(
+                index=index,
+                address=normalise_bus_id(lib.nvmlDeviceGetPciInfo(dev).busId),
+                name=_text(lib.nvmlDeviceGetName(dev)),
+                memory_mib=lib.nvmlDeviceGetMemoryInfo(dev).total // 2 ** 20)
+            mode = self._try(lib.nvmlDeviceGetMigMode, dev)
+            gpu.mig_enabled = bool(mode and mode[0] ==
+                                   lib.NVML_DEVICE_MIG_ENABLE)
+            if gpu.mig_enabled:
+                gpu.mig_instances = self.mig_instances(dev)
+            gpu.nvlink_remotes = self._nvlink_remotes(dev)
+            gpu.supported_vgpu_types = self._vgpu_types(
+                dev, lib.nvmlDeviceGetSupportedVgpus)
+            gpu.creatable_vgpu_types = self._vgpu_types(
+                dev, lib.nvmlDeviceGetCreatableVgpus)
+            gpu.numa_node = self._try(lib.nvmlDeviceGetNumaNodeId, dev)
+            result.append(gpu)
+        return result
+
+    def _nvlink_remotes(self, dev):
+        lib = self.lib
+        remotes = set()
+        for link in range(lib.NVML_NVLINK_MAX_LINKS):
+            try:
+                if lib.nvmlDeviceGetNvLinkState(dev, link) != \
+                        lib.NVML_FEATURE_ENABLED:
+                    continue
+                info = lib.nvmlDeviceGetNvLinkRemotePciInfo(dev, link)
+            except (lib.NVMLError_NotSupported,
+                    lib.NVMLError_InvalidArgument):
+                break
+            except lib.NVMLError:
+                continue
+            remotes.add(normalise_bus_id(info.busId))
+        return tuple(sorted(remotes))
+
+    def _vgpu_types(self, dev, getter):
+        ids = self._try(getter, dev, default=[]) or []
+        return {int(t): _text(self.lib.nvmlVgpuTypeGetName(t)) for t in ids}
+
+    def _handle(self, index):
+        if not self.available:
+            raise errors.Unavailable('NVML is not available: %s'
+                                     % self.reason)
+        try:
+            return self.lib.nvmlDeviceGetHandleByIndex(index)
+        except self.lib.NVMLError as e:
+            raise errors.NotFound('GPU %d: %s' % (index, e)) from e
+
+    def mig_instances(self, dev):
+        lib = self.lib
+        found = []
+        for profile in range(lib.NVML_GPU_INSTANCE_PROFILE_COUNT):
+            info = self._try(lib.nvmlDeviceGetGpuInstanceProfileInfo, dev,
+                             profile)
+            if info is None:
+                continue
+            handles = (lib.c_nvmlGpuInstance_t * MAX_GPU_INSTANCES)()
+            count = ctypes.c_uint(0)
+            try:
+                lib.nvmlDeviceGetGpuInstances(dev, info.id, handles,
+                                              ctypes.byref(count))
+            except lib.NVMLError:
+                continue
+            for i in range(count.value):
+                gi = lib.nvmlGpuInstanceGetInfo(handles[i])
+                found.append(MigInstance(
+                    gi_id=gi.id, profile_id=gi.profileId,
+                    start=gi.placement.start, size=gi.placement.size,
+                    compute_slices=info.sliceCount,
+                    memory_mib=info.memorySizeMB))
+        return sorted(found, key=lambda m: m.start)
+
+    def create_mig(self, index, profile, start):
+        """Create a GPU instance of catalog ``profile`` at ``start`` plus one
+        compute instance spanning it; return the GPU instance id.
+
+        If the compute instance cannot be made the GPU instance is
+        destroyed again, so no half-made device is left.
+        """
+        lib = self.lib
+        dev = self._handle(index)
+        media = profile.name.endswith('+me')
+        profile_id = _mig_profile_id(lib, profile.compute_slices,
+                                     profile.memory_slices, media)
+        info = lib.nvmlDeviceGetGpuInstanceProfileInfo(dev, profile_id)
+        placement = lib.c_nvmlGpuInstancePlacement_t(
+            start, profile.memory_slices)
+        try:
+            gi = lib.nvmlDeviceCreateGpuInstanceWithPlacement(
+                dev, info.id, placement)
+        except lib.NVMLError_InsufficientResources as e:
+            raise errors.NoCapacity(
+                'GPU %d: no room for MIG %s at slice %d (%s)'
+                % (index, profile.name, start, e)) from e
+        except lib.NVMLError as e:
+            raise errors.AgentError('GPU %d: cannot create MIG %s at slice '
+                                    '%d: %s' % (index, profile.name, start,
+                                                e)) from e
+        try:
+            ci_profile = getattr(lib, 'NVML_COMPUTE_INSTANCE_PROFILE_%d_SLICE'
+                                 % profile.compute_slices)
+            ci_info = lib.nvmlGpuInstanceGetComputeInstanceProfileInfo(
+                gi, ci_profile,
+                lib.NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED)
+            lib.nvmlGpuInstanceCreateComputeInstance(gi, ci_info.id)
+        except (lib.NVMLError, AttributeError) as e:
+            lib.nvmlGpuInstanceDestroy(gi)
+            raise errors.AgentError(
+                'GPU %d: MIG %s created but its compute instance failed (%s);'
+                ' the GPU instance was destroyed again'
+                % (index, profile.name, e)) from e
+        return lib.nvmlGpuInstanceGetInfo(gi).id
+
+    def destroy_mig(self, index, gi_id):
+        lib = self.lib
+        dev = self._handle(index)
+        try:
+            gi = lib.nvmlDeviceGetGpuInstanceById(dev, gi_id)
+        except lib.NVMLError as e:
+            raise errors.NotFound('GPU %d has no MIG GPU instance %d (%s)'
+                                  % (index, gi_id, e)) from e
+        cis = (lib.c_nvmlComputeInstance_t * MAX_GPU_INSTANCES)()
+        count = ctypes.c_uint(0)
+        for ci_profile in range(lib.NVML_COMPUTE_INSTANCE_PROFILE_COUNT):
+            try:
+                info = lib.nvmlGpuInstanceGetComputeInstanceProfileInfo(
+                    gi, ci_profile,
+                    lib.NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED)
+                lib.nvmlGpuInstanceGetComputeInstances(
+                    gi, info.id, cis, ctypes.byref(count))
+            except lib.NVMLError:
+                continue
+            for i in range(count.value):
+                lib.nvmlComputeInstanceDestroy(cis[i])
+        lib.nvmlGpuInstanceDestroy(gi)
