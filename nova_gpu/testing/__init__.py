@@ -1,0 +1,1 @@
+"""Reusable test and demo harnesses (need nova's functional test tree)."""

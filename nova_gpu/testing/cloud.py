@@ -1,0 +1,344 @@
+"""An in-process cloud with GPU hosts: real Nova, real Placement.
+
+Built on Nova's own functional harness (``nova.tests.functional``): the
+API, conductor, scheduler, Placement and nova-compute (libvirt driver) run
+in this process; only the hypervisor is fake (``nova.tests.fixtures.
+libvirt``), with mdev-capable PCI devices standing in for NVIDIA GPUs.
+
+Each fake GPU carries the PCI device id of its model and exposes the
+catalog's vGPU types as mdev types (``mdev_type_id``), so nova-compute
+reports one VGPU inventory per physical GPU under the provider name
+``<host>_pci_<address>`` exactly as on real hardware. No nova-gpu-agent
+runs here; ``sync_gpu_reports`` plays its part: it builds each host's GPU
+report from what the fake host exposes (PCI ids, NUMA nodes, the mdev type
+nova-compute enabled per GPU, the NVLink pairs a real agent would read from
+NVML, and the VGPU usage of each GPU provider in Placement) and hands it to
+the scheduler through the notification endpoint, the same code path as in
+production.
+
+Use ``GpuCloudTestCase`` as a test base class, or ``start_cloud`` from a
+script (the all-in-one demo).
+"""
+
+import collections
+import dataclasses
+import itertools
+import os
+import re
+import sys
+
+import fixtures
+from nova.tests.fixtures import libvirt as fakelibvirt
+from nova.tests.functional.libvirt import test_vgpu
+from oslo_config import cfg
+
+from nova_gpu.core import catalog as catalog_mod
+from nova_gpu.core import report as report_mod
+from nova_gpu.scheduler import flavor as flavor_mod
+from nova_gpu.scheduler import listener
+from nova_gpu.scheduler import view as view_mod
+
+CONF = cfg.CONF
+IMAGE = '155d900f-4e14-4e4c-a73d-069cbf4541e6'  # in Nova's fake Glance
+
+# nova.conf as an operator writes it to enable the plugin.
+PLUGIN_CONF = {
+    'filter_scheduler': {
+        'available_filters': ['nova.scheduler.filters.all_filters',
+                              'nova_gpu.scheduler.filters.GpuFilter'],
+        'enabled_filters': ['ComputeFilter', 'ComputeCapabilitiesFilter',
+                            'ImagePropertiesFilter',
+                            'ServerGroupAntiAffinityFilter',
+                            'ServerGroupAffinityFilter',
+                            'NUMATopologyFilter', 'GpuFilter'],
+        'weight_classes': [
+            'nova.scheduler.weights.all_weighers',
+            'nova_gpu.scheduler.weighers.GpuFragmentationWeigher',
+            'nova_gpu.scheduler.weighers.GpuTopologyWeigher'],
+    },
+    'gpu_scheduler': {
+        # Above the sum of Nova's spreading weighers (RAM, CPU, disk, I/O),
+        # so that GPU packing decides on GPU hosts.
+        'fragmentation_weight_multiplier': 10.0,
+        'topology_weight_multiplier': 10.0,
+        # Reports come from sync_gpu_reports, not a message bus.
+        'report_listener': False,
+    },
+}
+# The same cloud without the plugin: Nova's defaults.
+STOCK_CONF = {
+    'filter_scheduler': {
+        'enabled_filters': ['ComputeFilter', 'ComputeCapabilitiesFilter',
+                            'ImagePropertiesFilter',
+                            'ServerGroupAntiAffinityFilter',
+                            'ServerGroupAffinityFilter',
+                            'NUMATopologyFilter'],
+    },
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class GpuHost:
+    """A fake compute host: ``gpus`` GPUs of ``model``, each enabled for
+    the vGPU type ``vgpu_type``; ``numa`` gives each GPU's NUMA node (2
+    nodes), ``nvlink`` the NVLink-connected pairs (as NVML would)."""
+
+    name: str
+    model: str
+    vgpu_type: str
+    gpus: int = 4
+    numa: tuple = None
+    nvlink: tuple = ()
+
+    def numa_of(self, index):
+        return self.numa[index] if self.numa else index * 2 // self.gpus
+
+
+_CATALOG = catalog_mod.load_catalog()
+
+
+def mdev_type_id(profile):
+    """The fake mdev type id of a catalog vGPU type (nvidia-<n>)."""
+    return 'nvidia-%d' % (600 + _CATALOG.vgpu_profile_names().index(profile))
+
+
+def profile_of_type(type_id):
+    return _CATALOG.vgpu_profile_names()[int(type_id.split('-')[1]) - 600]
+
+
+class FakeGpu(fakelibvirt.FakePCIDevice):
+    """An NVIDIA GPU: its model's PCI id, one vGPU type as mdev type."""
+
+    _types = re.compile(r"<capability type='mdev_types'>.*?</capability>",
+                        re.S)
+
+    def __init__(self, model, profile, **kw):
+        self.gpu_model = _CATALOG.model(model)
+        self.gpu_profile = self.gpu_model.vgpu_profile(profile)
+        # Set once the host runs: counts the mdevs created on this GPU, so
+        # that availableInstances drops as on a real driver.
+        self.connection = None
+        super().__init__(
+            'MDEV_TYPES', prod_id=self.gpu_model.pci_device_ids[0],
+            prod_name=(self.gpu_model.nvml_names or (model,))[0], **kw)
+
+    def generate_xml(self, skip_capability=False):
+        super().generate_xml(skip_capability)
+        if skip_capability:
+            return
+        types = (
+            "<capability type='mdev_types'><type id='%s'>"
+            "<name>NVIDIA %s</name><deviceAPI>vfio-pci</deviceAPI>"
+            "<availableInstances>@AVAILABLE@</availableInstances></type>"
+            "</capability>" % (mdev_type_id(self.gpu_profile.name),
+                               self.gpu_profile.name))
+        self.pci_device = self._types.sub(types, self.pci_device)
+
+    def XMLDesc(self, flags):
+        used = 0
+        if self.connection is not None:
+            parent = '<parent>pci_%s</parent>' % re.sub('[:.]', '_',
+                                                        self.address)
+            used = sum(1 for mdev in
+                       self.connection.mdev_info.devices.values()
+                       if parent in mdev.xml)
+        return self.pci_device.replace(
+            '@AVAILABLE@', str(self.gpu_profile.max_instances - used))
+
+
+def _pci_info(spec, bus):
+    info = fakelibvirt.HostPCIDevicesInfo(num_pci=0, num_pfs=0, num_vfs=0)
+    for slot in range(spec.gpus):
+        name = 'pci_0000_%02x_%02x_0' % (bus, slot)
+        info.devices[name] = FakeGpu(
+            spec.model, spec.vgpu_type, bus=bus, slot=slot, function=0,
+            iommu_group=40 + slot, numa_node=spec.numa_of(slot))
+    return info
+
+
+def _address(libvirt_name):
+    return '{}:{}:{}.{}'.format(*libvirt_name[4:].split('_'))
+
+
+class GpuCloudTestCase(test_vgpu.VGPUTestBase):
+    """Nova + Placement in process with the ``HOSTS`` GPU hosts started.
+
+    ``NOVA_CONF`` is applied (group -> option -> value) before the
+    scheduler starts, as nova.conf would be.
+    """
+
+    HOSTS = ()
+    NOVA_CONF = PLUGIN_CONF
+    USES_PLUGIN = True
+
+    def _setup_scheduler_service(self):
+        # Runs before any service starts: the place for nova.conf.
+        self.flags(api_paste_config=os.path.join(
+            sys.prefix, 'etc', 'nova', 'api-paste.ini'), group='wsgi')
+        for group, values in self.NOVA_CONF.items():
+            self.flags(group=group, **values)
+        self.gpu_view = view_mod.set_view(
+            view_mod.GpuView(resolver=view_mod.PlacementResolver()))
+        self.addCleanup(view_mod.set_view, None)
+        self._generations = itertools.count(1)
+        return self.start_service('scheduler')
+
+    def setUp(self):
+        super().setUp()
+        self._host_specs = {}
+        self._buses = {}
+        by_type = collections.defaultdict(list)
+        for i, spec in enumerate(self.HOSTS):
+            bus = 0x41 + i
+            self._buses[spec.name] = bus
+            by_type[mdev_type_id(spec.vgpu_type)].extend(
+                '0000:%02x:%02x.0' % (bus, slot) for slot in range(spec.gpus))
+        self.flags(enabled_mdev_types=sorted(by_type), group='devices')
+        import nova.conf
+        nova.conf.devices.register_dynamic_opts(CONF)
+        for type_id, addresses in by_type.items():
+            self.flags(device_addresses=addresses, group='mdev_' + type_id)
+        for spec in self.HOSTS:
+            self.add_gpu_host(spec)
+        self.sync_gpu_reports()
+
+    def add_gpu_host(self, spec):
+        self._host_specs[spec.name] = spec
+        self.start_compute(
+            hostname=spec.name,
+            pci_info=_pci_info(spec, self._buses[spec.name]),
+            libvirt_version=self.FAKE_LIBVIRT_VERSION,
+            qemu_version=self.FAKE_QEMU_VERSION)
+        compute = self.computes[spec.name]
+        conn = compute.driver._host.get_connection()
+        for dev in conn.pci_info.devices.values():
+            dev.connection = conn
+        return compute
+
+    # -- the agent's part -------------------------------------------------
+
+    def gpu_report(self, hostname):
+        """The GPU report nova-gpu-agent would publish for ``hostname``."""
+        spec = self._host_specs[hostname]
+        compute = self.computes[hostname]
+        conn = compute.driver._host.get_connection()
+        gpus = sorted((dev for dev in conn.pci_info.devices.values()
+                       if isinstance(dev, FakeGpu)),
+                      key=lambda d: d.address)
+        index_of = {dev.address: i for i, dev in enumerate(gpus)}
+        info = conn.host_info
+        cells = info.cpu_nodes
+        raw = []
+        for i, dev in enumerate(gpus):
+            model = _CATALOG.model_for_pci(dev.prod_id)
+            type_id = compute.driver._get_vgpu_type_per_pgpu(
+                'pci_%s' % re.sub('[:.]', '_', dev.address))
+            profile = profile_of_type(type_id) if type_id else None
+            provider = '%s_pci_%s' % (hostname,
+                                      re.sub('[:.]', '_', dev.address))
+            used = self._vgpu_usage(provider)
+            peers = [index_of[gpus[j].address]
+                     for pair in spec.nvlink if i in pair
+                     for j in pair if j != i]
+            raw.append({
+                'index': i, 'address': dev.address, 'model': model.name,
+                'numa_node': dev.numa_node, 'pcie_switch': None,
+                'nvlink_peers': sorted(peers), 'mig_enabled': False,
+                'vgpu_types': [profile] if profile else None,
+                'provider': provider,
+                'devices': [{'kind': 'vgpu', 'detail': profile}] * used})
+        return {
+            'version': report_mod.VERSION, 'host': hostname,
+            'nodename': hostname, 'generation': next(self._generations),
+            'cpu_milli': info.cpus * 1000,
+            'memory_mib': info.kB_mem // 1024,
+            'numa_cells': [{'id': n, 'cpu_milli': info.cpus * 1000 // cells,
+                            'memory_mib': info.kB_mem // 1024 // cells}
+                           for n in range(cells)],
+            'gpus': raw}
+
+    def _vgpu_usage(self, provider_name):
+        rps = self.placement.get(
+            '/resource_providers?name=%s' % provider_name).body[
+            'resource_providers']
+        if not rps:
+            return 0
+        return self._get_provider_usages(rps[0]['uuid']).get('VGPU', 0)
+
+    def sync_gpu_reports(self):
+        """Publish every host's report to the scheduler's view."""
+        endpoint = listener.ReportEndpoint(self.gpu_view)
+        for hostname in self._host_specs:
+            endpoint.info({}, '%s.%s' % (listener.PUBLISHER, hostname),
+                          listener.EVENT_TYPE, self.gpu_report(hostname), {})
+
+    def _wait_for_state_change(self, server, expected_status, *args,
+                               **kwargs):
+        server = super()._wait_for_state_change(server, expected_status,
+                                                *args, **kwargs)
+        # The agent reports after every device change.
+        self.sync_gpu_reports()
+        return server
+
+    # -- helpers for tests and the demo -----------------------------------
+
+    def create_gpu_flavor(self, extra_specs, memory_mb=2048, vcpu=2,
+                          name=None):
+        """A flavor with ``gpu:`` extra specs plus the Placement keys."""
+        specs = dict(extra_specs)
+        if not any(k.startswith('resources') for k in specs):
+            parsed = flavor_mod.parse(specs, vcpus=vcpu, memory_mb=memory_mb)
+            specs.update(flavor_mod.placement_extra_specs(parsed))
+        return self._create_flavor(memory_mb=memory_mb, vcpu=vcpu,
+                                   name=name, extra_spec=specs)
+
+    def boot(self, flavor_id, expected_state='ACTIVE', **kw):
+        return self._create_server(image_uuid=IMAGE, flavor_id=flavor_id,
+                                   networks='none',
+                                   expected_state=expected_state, **kw)
+
+    def gpu_providers_of(self, server):
+        """Names of the GPU providers holding the server's vGPUs."""
+        allocations = self._get_allocations_by_server_uuid(server['id'])
+        names = []
+        for rp_uuid, alloc in allocations.items():
+            if 'VGPU' in alloc['resources']:
+                names.append(self.placement.get(
+                    '/resource_providers/%s' % rp_uuid).body['name'])
+        return sorted(names)
+
+    def provider_name(self, hostname, index):
+        """Provider name of GPU ``index`` (PCI order) on ``hostname``."""
+        return '%s_pci_0000_%02x_%02x_0' % (hostname, self._buses[hostname],
+                                            index)
+
+    def gpu_index(self, provider_name):
+        return int(provider_name.rsplit('_', 2)[-2], 16)
+
+    def vgpu_usage(self, hostname):
+        """GPU index -> (used, total) VGPU of ``hostname``'s providers."""
+        spec = self._host_specs[hostname]
+        result = {}
+        for i in range(spec.gpus):
+            rps = self.placement.get('/resource_providers?name=%s'
+                                     % self.provider_name(hostname, i)).body[
+                'resource_providers']
+            uuid = rps[0]['uuid']
+            total = self._get_provider_inventory(uuid)['VGPU']['total']
+            result[i] = (self._get_provider_usages(uuid)['VGPU'], total)
+        return result
+
+
+def start_cloud(hosts, nova_conf=None):
+    """Start the cloud outside a test runner; call ``.doCleanups()`` to stop.
+
+    Returns the running GpuCloudTestCase: use ``create_gpu_flavor``,
+    ``boot``, ``gpu_providers_of``, ``api`` and ``placement`` on it.
+    """
+    attrs = {'HOSTS': tuple(hosts), 'runTest': lambda self: None}
+    if nova_conf is not None:
+        attrs['NOVA_CONF'] = nova_conf
+    case = type('GpuCloud', (GpuCloudTestCase,), attrs)()
+    case.useFixture(fixtures.EnvironmentVariable('OS_TEST_TIMEOUT', '0'))
+    case.setUp()
+    return case

@@ -1,0 +1,160 @@
+"""The GPU scheduler plugin inside a real, in-process Nova.
+
+Three fake GPU hosts of different models (A100, H100, L4); servers are
+booted through the Nova API with the plugin configured as an operator
+would (nova_gpu.testing.cloud.PLUGIN_CONF), and, for comparison, with
+Nova's stock filters and weighers.
+"""
+
+from nova.tests.functional.api import client
+
+from nova_gpu.testing import cloud
+
+HOSTS = (
+    # GPUs 0,1 on NUMA node 0; 2,3 on node 1.
+    cloud.GpuHost('a100', 'A100-40GB', 'A100-10C', gpus=4,
+                  numa=(0, 0, 1, 1)),
+    # NUMA pairs (0,2) and (1,3); NVLink pairs (0,1) and (2,3).
+    cloud.GpuHost('h100', 'H100-80GB', 'H100-20C', gpus=4,
+                  numa=(0, 1, 0, 1), nvlink=((0, 1), (2, 3))),
+    # Two vGPUs of L4-12C per GPU: four in all.
+    cloud.GpuHost('l4', 'L4', 'L4-12C', gpus=2, numa=(0, 1)),
+)
+
+
+class _Base(cloud.GpuCloudTestCase):
+    HOSTS = HOSTS
+
+    def host_of(self, server):
+        return self.admin_api.get_server(server['id'])[
+            'OS-EXT-SRV-ATTR:host']
+
+    def pack_scenario(self):
+        """One vGPU already on a100; where does a stock vGPU flavor go?"""
+        first = self.boot(self.create_gpu_flavor({'resources:VGPU': '1'}),
+                          host='a100')
+        (used,) = self.gpu_providers_of(first)
+        server = self.boot(self.create_gpu_flavor({'resources:VGPU': '1'}))
+        return used, server
+
+
+class PluginPlacementTest(_Base):
+
+    def test_stock_vgpu_flavor_packs_onto_the_used_gpu(self):
+        used, server = self.pack_scenario()
+        # Fragmentation policy: the partly used A100 GPU, not a fresh one.
+        self.assertEqual('a100', self.host_of(server))
+        self.assertEqual([used], self.gpu_providers_of(server))
+
+    def test_by_need_serves_the_smallest_device(self):
+        # 12GB: L4-12C is exactly 12GB; H100-20C would strand 8GB and
+        # A100-10C is too small.
+        server = self.boot(self.create_gpu_flavor({'gpu:memory': '12GB'}))
+        self.assertEqual('l4', self.host_of(server))
+        # Both L4 GPUs are empty: the first in PCI order.
+        self.assertEqual([self.provider_name('l4', 0)],
+                         self.gpu_providers_of(server))
+
+    def test_model_list(self):
+        server = self.boot(self.create_gpu_flavor(
+            {'gpu:model': 'H100-80GB,H200-141GB'}))
+        self.assertEqual('h100', self.host_of(server))
+
+    def test_multi_create_no_double_allocation(self):
+        flavor = self.create_gpu_flavor({'gpu:model': 'L4'})
+        body = self._build_server(image_uuid=cloud.IMAGE, flavor_id=flavor,
+                                  networks='none')
+        body['min_count'] = 4
+        body['return_reservation_id'] = True
+        reservation = self.api.post_server({'server': body})[
+            'reservation_id']
+        servers = self.api.get_servers(
+            detail=True, search_opts={'reservation_id': reservation})
+        self.assertEqual(4, len(servers))
+        per_provider = {}
+        for server in servers:
+            self._wait_for_state_change(server, 'ACTIVE')
+            self.assertEqual('l4', self.host_of(server))
+            (name,) = self.gpu_providers_of(server)
+            per_provider[name] = per_provider.get(name, 0) + 1
+        # Exactly the capacity: 2 per GPU, and Placement agrees.
+        self.assertEqual({self.provider_name('l4', 0): 2,
+                          self.provider_name('l4', 1): 2}, per_provider)
+        self.assertEqual({0: (2, 2), 1: (2, 2)}, self.vgpu_usage('l4'))
+
+    def test_fits_nowhere_no_valid_host_with_gpu_reason(self):
+        flavor = self.create_gpu_flavor({'gpu:model': 'V100-32GB'})
+        server = self.boot(flavor, expected_state='ERROR')
+        self.assertIn('No valid host', server['fault']['message'])
+        log = self.stdlog.logger.output
+        self.assertIn('GpuFilter: no host can serve the GPU request', log)
+        self.assertIn('h100: has no GPU of model V100-32GB', log)
+
+    def test_numa_pair(self):
+        flavor = self.create_gpu_flavor(
+            {'gpu:model': 'H100-80GB', 'gpu:count': '2',
+             'gpu:topology': 'numa'})
+        for _ in range(2):
+            server = self.boot(flavor)
+            self.assertEqual('h100', self.host_of(server))
+            pair = {self.gpu_index(p) for p in self.gpu_providers_of(server)}
+            self.assertIn(pair, [{0, 2}, {1, 3}])
+
+    def test_nvlink_pair(self):
+        flavor = self.create_gpu_flavor(
+            {'gpu:model': 'H100-80GB', 'gpu:count': '2',
+             'gpu:topology': 'nvlink'})
+        server = self.boot(flavor)
+        pair = {self.gpu_index(p) for p in self.gpu_providers_of(server)}
+        self.assertIn(pair, [{0, 1}, {2, 3}])
+
+    def test_rebuild_resize_and_cold_migrate(self):
+        small = self.create_gpu_flavor({'gpu:model': 'A100-40GB'})
+        server = self.boot(small)
+        self.assertEqual('a100', self.host_of(server))
+        # Rebuild: same host, same vGPU.
+        before = self.gpu_providers_of(server)
+        server = self._rebuild_server(server, cloud.IMAGE)
+        self.assertEqual('a100', self.host_of(server))
+        self.assertEqual(before, self.gpu_providers_of(server))
+        # Resize to an H100 flavor: the plugin sends it to h100.
+        big = self.create_gpu_flavor({'gpu:model': 'H100-80GB'},
+                                     memory_mb=4096)
+        server = self._resize_server(server, big)
+        self.assertEqual('h100', self.host_of(server))
+        server = self._confirm_resize(server, host='a100')
+        self.assertEqual({0: (0, 4), 1: (0, 4), 2: (0, 4), 3: (0, 4)},
+                         self.vgpu_usage('a100'))
+        self.assertEqual(1, sum(u for u, _t in
+                                self.vgpu_usage('h100').values()))
+        # Cold migrate a stock vGPU server away from h100.
+        plain = self.boot(self.create_gpu_flavor({'resources:VGPU': '1'}),
+                          host='h100')
+        plain = self._migrate_server(plain)
+        self.assertNotEqual('h100', self.host_of(plain))
+        (provider,) = self.gpu_providers_of(plain)
+        self.assertTrue(provider.startswith(self.host_of(plain) + '_pci_'))
+        self._confirm_resize(plain, host='h100')
+        self.assertEqual(1, sum(u for u, _t in
+                                self.vgpu_usage('h100').values()))
+
+    def test_bad_extra_spec_refused_by_the_api(self):
+        flavor = self._create_flavor(extra_spec={'resources:VGPU': '1'})
+        err = self.assertRaises(
+            client.OpenStackApiException, self.api.post_extra_spec, flavor,
+            {'extra_specs': {'gpu:profile': 'NOPE'}})
+        self.assertEqual(400, err.response.status_code)
+        self.assertIn('gpu:profile=NOPE', str(err))
+        self.assertIn('A100-10C', str(err))
+
+
+class StockPlacementTest(_Base):
+    """The same cloud and scenario without the plugin."""
+
+    NOVA_CONF = cloud.STOCK_CONF
+
+    def test_stock_vgpu_flavor_spreads_elsewhere(self):
+        used, server = self.pack_scenario()
+        # Nova's RAM/CPU/disk weighers spread: away from the busy host.
+        self.assertNotEqual('a100', self.host_of(server))
+        self.assertNotEqual([used], self.gpu_providers_of(server))
