@@ -25,6 +25,8 @@ def check(value, pattern, what):
 
 
 def check_uuid(value):
+    if isinstance(value, str):
+        value = value.lower()
     return check(value, sysfs.UUID_RE, 'mdev UUID')
 
 

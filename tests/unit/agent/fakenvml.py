@@ -1,0 +1,256 @@
+"""A stand-in for the ``pynvml`` module on hosts without NVIDIA GPUs.
+
+Only the functions the agent calls are implemented, with pynvml's own
+signatures, constants, structures and exception classes, so the agent code
+runs unchanged. Two host shapes:
+
+* ``hgx_h100()``: 8 x "NVIDIA H100 80GB HBM3" on two NUMA nodes (4 + 4,
+  each pair behind one PCIe switch), every GPU with 18 NVLinks spread over
+  4 NVSwitches (5/4/4/5 links), as on a DGX/HGX H100 board;
+* ``a100_mig()``: one "NVIDIA A100-SXM4-40GB" in MIG mode with a 3g.20gb
+  instance at slice 0 and a 2g.10gb instance at slice 4 (profile ids and
+  sizes as `nvidia-smi mig -lgip` prints them for that GPU).
+
+vGPU type ids are illustrative (they differ per driver release).
+"""
+
+import ctypes
+import types
+
+import pynvml
+
+# DGX H100 GPU bus ids; NUMA 0 holds the first four.
+H100_BUS = ['1b', '43', '52', '61', '9d', 'c3', 'd1', 'df']
+NVSWITCH_BUS = ['05', '06', '07', '08']
+H100_LINKS_PER_SWITCH = [5, 4, 4, 5]
+H100_VGPU_TYPES = {1061: 'NVIDIA H100XM-10C', 1062: 'NVIDIA H100XM-20C',
+                   1063: 'NVIDIA H100XM-40C', 1064: 'NVIDIA H100XM-80C'}
+
+# A100-SXM4-40GB GPU instance profiles: NVML profile -> (id, compute
+# slices, memory size MB, memory slices)
+A100_GI_PROFILES = {
+    pynvml.NVML_GPU_INSTANCE_PROFILE_1_SLICE: (19, 1, 4864, 1),
+    pynvml.NVML_GPU_INSTANCE_PROFILE_1_SLICE_REV1: (20, 1, 4864, 1),
+    pynvml.NVML_GPU_INSTANCE_PROFILE_1_SLICE_REV2: (15, 1, 9856, 2),
+    pynvml.NVML_GPU_INSTANCE_PROFILE_2_SLICE: (14, 2, 9856, 2),
+    pynvml.NVML_GPU_INSTANCE_PROFILE_3_SLICE: (9, 3, 19968, 4),
+    pynvml.NVML_GPU_INSTANCE_PROFILE_4_SLICE: (5, 4, 19968, 4),
+    pynvml.NVML_GPU_INSTANCE_PROFILE_7_SLICE: (0, 7, 40192, 8),
+}
+
+
+class FakeGpu:
+    def __init__(self, bus_id, name, memory_mib, numa=0, mig=False,
+                 links=(), vgpu_types=None):
+        self.bus_id = bus_id
+        self.name = name
+        self.memory_mib = memory_mib
+        self.numa = numa
+        self.mig = mig
+        self.links = list(links)  # remote bus id per link
+        self.vgpu_types = dict(vgpu_types or {})
+        self.gis = {}  # gi id -> dict(profile, start, size, cis)
+        self.next_gi = 1
+
+
+class FakePynvml(types.SimpleNamespace):
+    """Behaves like the pynvml module for the calls the agent makes."""
+
+    def __init__(self, gpus=(), library_missing=False):
+        super().__init__()
+        for name in dir(pynvml):
+            if name.startswith(('NVML_', 'NVMLError', 'c_nvml')):
+                setattr(self, name, getattr(pynvml, name))
+        self.gpus = list(gpus)
+        self.library_missing = library_missing
+        self.fail_compute_instance = False
+        self.calls = []
+        self._gi_handles = {}
+
+    # -- init ---------------------------------------------------------------
+
+    def nvmlInit(self):
+        if self.library_missing:
+            raise pynvml.NVMLError_LibraryNotFound()
+
+    def nvmlShutdown(self):
+        pass
+
+    # -- devices ------------------------------------------------------------
+
+    def nvmlDeviceGetCount(self):
+        return len(self.gpus)
+
+    def nvmlDeviceGetHandleByIndex(self, index):
+        if not 0 <= index < len(self.gpus):
+            raise pynvml.NVMLError_InvalidArgument()
+        return self.gpus[index]
+
+    def nvmlDeviceGetPciInfo(self, dev):
+        return types.SimpleNamespace(busId=dev.bus_id.encode())
+
+    def nvmlDeviceGetName(self, dev):
+        return dev.name
+
+    def nvmlDeviceGetMemoryInfo(self, dev):
+        return types.SimpleNamespace(total=dev.memory_mib * 2 ** 20)
+
+    def nvmlDeviceGetNumaNodeId(self, dev):
+        return dev.numa
+
+    def nvmlDeviceGetMigMode(self, dev):
+        mode = pynvml.NVML_DEVICE_MIG_ENABLE if dev.mig else \
+            pynvml.NVML_DEVICE_MIG_DISABLE
+        return [mode, mode]
+
+    def nvmlDeviceGetNvLinkState(self, dev, link):
+        if link >= len(dev.links):
+            raise pynvml.NVMLError_InvalidArgument()
+        return pynvml.NVML_FEATURE_ENABLED
+
+    def nvmlDeviceGetNvLinkRemotePciInfo(self, dev, link):
+        return types.SimpleNamespace(busId=dev.links[link].encode())
+
+    def nvmlDeviceGetSupportedVgpus(self, dev):
+        if dev.mig:
+            return []
+        return list(dev.vgpu_types)
+
+    def nvmlDeviceGetCreatableVgpus(self, dev):
+        return self.nvmlDeviceGetSupportedVgpus(dev)
+
+    def nvmlVgpuTypeGetName(self, type_id):
+        for dev in self.gpus:
+            if type_id in dev.vgpu_types:
+                return dev.vgpu_types[type_id]
+        raise pynvml.NVMLError_InvalidArgument()
+
+    # -- MIG ------------------------------------------------------------------
+
+    def _profile(self, dev, profile):
+        if not dev.mig or profile not in A100_GI_PROFILES:
+            raise pynvml.NVMLError_NotSupported()
+        gid, slices, mem, _ = A100_GI_PROFILES[profile]
+        return types.SimpleNamespace(id=gid, sliceCount=slices,
+                                     memorySizeMB=mem)
+
+    def nvmlDeviceGetGpuInstanceProfileInfo(self, dev, profile):
+        return self._profile(dev, profile)
+
+    def _gi_handle(self, dev, gi_id):
+        key = (id(dev), gi_id)
+        handle = ctypes.cast(ctypes.c_void_p(len(self._gi_handles) + 16),
+                             pynvml.c_nvmlGpuInstance_t)
+        self._gi_handles[ctypes.cast(handle, ctypes.c_void_p).value] = key
+        return handle
+
+    def _gi(self, handle):
+        dev_id, gi_id = self._gi_handles[
+            ctypes.cast(handle, ctypes.c_void_p).value]
+        dev = next(d for d in self.gpus if id(d) == dev_id)
+        return dev, gi_id
+
+    def nvmlDeviceGetGpuInstances(self, dev, profile_id, handles, count):
+        found = [g for g, gi in sorted(dev.gis.items())
+                 if gi['profile_id'] == profile_id]
+        for i, gi_id in enumerate(found):
+            handles[i] = self._gi_handle(dev, gi_id)
+        count._obj.value = len(found)
+
+    def nvmlGpuInstanceGetInfo(self, handle):
+        dev, gi_id = self._gi(handle)
+        gi = dev.gis[gi_id]
+        return types.SimpleNamespace(
+            id=gi_id, profileId=gi['profile_id'],
+            placement=types.SimpleNamespace(start=gi['start'],
+                                            size=gi['size']))
+
+    def nvmlDeviceGetGpuInstanceById(self, dev, gi_id):
+        if gi_id not in dev.gis:
+            raise pynvml.NVMLError_NotFound()
+        return self._gi_handle(dev, gi_id)
+
+    def add_gi(self, dev, profile, start):
+        gid, _, _, size = A100_GI_PROFILES[profile]
+        mask = ((1 << size) - 1) << start
+        for gi in dev.gis.values():
+            if gi['mask'] & mask:
+                raise pynvml.NVMLError_InsufficientResources()
+        gi_id = dev.next_gi
+        dev.next_gi += 1
+        dev.gis[gi_id] = dict(profile_id=gid, start=start, size=size,
+                              mask=mask, cis=0)
+        return gi_id
+
+    def nvmlDeviceCreateGpuInstanceWithPlacement(self, dev, profile_id,
+                                                 placement):
+        self.calls.append(('create_gi', profile_id, placement.start,
+                           placement.size))
+        profile = next(p for p, v in A100_GI_PROFILES.items()
+                       if v[0] == profile_id)
+        if A100_GI_PROFILES[profile][3] != placement.size:
+            raise pynvml.NVMLError_InvalidArgument()
+        return self._gi_handle(dev, self.add_gi(dev, profile,
+                                                placement.start))
+
+    def nvmlGpuInstanceGetComputeInstanceProfileInfo(self, gi, profile,
+                                                     engine):
+        return types.SimpleNamespace(id=profile)
+
+    def nvmlGpuInstanceCreateComputeInstance(self, gi, profile_id):
+        if self.fail_compute_instance:
+            raise pynvml.NVMLError_InsufficientResources()
+        dev, gi_id = self._gi(gi)
+        dev.gis[gi_id]['cis'] += 1
+
+    def nvmlGpuInstanceGetComputeInstances(self, gi, profile_id, cis, count):
+        dev, gi_id = self._gi(gi)
+        n = dev.gis[gi_id]['cis'] if profile_id == 0 else 0
+        for i in range(n):
+            cis[i] = ctypes.cast(ctypes.c_void_p(gi_id * 100 + i + 1),
+                                 pynvml.c_nvmlComputeInstance_t)
+        count._obj.value = n
+
+    def nvmlComputeInstanceDestroy(self, ci):
+        self.calls.append(('destroy_ci',))
+
+    def nvmlGpuInstanceDestroy(self, gi):
+        dev, gi_id = self._gi(gi)
+        self.calls.append(('destroy_gi', gi_id))
+        del dev.gis[gi_id]
+
+
+def hgx_h100():
+    gpus = []
+    for i, bus in enumerate(H100_BUS):
+        links = []
+        for sw, n in zip(NVSWITCH_BUS, H100_LINKS_PER_SWITCH):
+            links += ['00000000:%s:00.0' % sw.upper()] * n
+        gpus.append(FakeGpu('00000000:%s:00.0' % bus.upper(),
+                            'NVIDIA H100 80GB HBM3', 81559, numa=i // 4,
+                            links=links, vgpu_types=H100_VGPU_TYPES))
+    return FakePynvml(gpus)
+
+
+def a100_mig():
+    gpu = FakeGpu('00000000:07:00.0', 'NVIDIA A100-SXM4-40GB', 40960,
+                  mig=True)
+    fake = FakePynvml([gpu])
+    fake.add_gi(gpu, pynvml.NVML_GPU_INSTANCE_PROFILE_3_SLICE, 0)
+    fake.add_gi(gpu, pynvml.NVML_GPU_INSTANCE_PROFILE_2_SLICE, 4)
+    return fake
+
+
+def hgx_h100_sysfs(fs):
+    """The sysfs side of ``hgx_h100``: each pair behind one PCIe switch."""
+    for i, bus in enumerate(H100_BUS):
+        b = int(bus, 16)
+        bridges = ['0000:%02x:01.0' % (b - 3), '0000:%02x:00.0' % (b - 2),
+                   '0000:%02x:%02x.0' % (b - 1, i % 2)]
+        if i % 2:
+            prev = int(H100_BUS[i - 1], 16)
+            bridges = ['0000:%02x:01.0' % (prev - 3),
+                       '0000:%02x:00.0' % (prev - 2),
+                       '0000:%02x:01.0' % (prev - 1)]
+        fs.add_pci('0000:%s:00.0' % bus, '0x2330', numa_node=i // 4,
+                   bridges=bridges)
