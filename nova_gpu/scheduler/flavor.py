@@ -92,7 +92,9 @@ class GpuSpec:
                 index.setdefault(model, []).append(alt)
         return index
 
+    @functools.cached_property
     def key(self):
+        """Hashable identity of what is asked (computed once)."""
         return (tuple(a.key() for a in self.alternatives), self.units,
                 self.groups)
 

@@ -22,6 +22,7 @@ instances the way the policy wants without waiting for the agent.
 
 import collections
 import dataclasses
+import itertools
 import threading
 import time
 import weakref
@@ -44,6 +45,8 @@ LOG = logging.getLogger(__name__)
 # How often (in requests seen) the demand distribution is rebuilt; between
 # rebuilds every memoised ranking stays valid.
 DEMAND_REBUILD_EVERY = 50
+# Rankings memoised per host (requests x NUMA usage states) at most.
+MEMO_PER_HOST = 32
 # A whole GPU is always part of the demand, at this share: an empty GPU is
 # worth keeping empty for whoever needs all of one.
 WHOLE_GPU_SHARE = 0.5
@@ -124,6 +127,8 @@ class GpuView:
         self.clock = clock
         self.engine_weights = engine_weights
         self._hosts = {}
+        self._tokens = {}
+        self._token_ids = itertools.count()
         self._lock = threading.RLock()
         self._recent = collections.deque()
         self._counts = collections.Counter()
@@ -236,6 +241,16 @@ class GpuView:
 
     # -- scoring ------------------------------------------------------------
 
+    def token(self, spec):
+        """A small int standing for ``spec`` in memo keys (cheap to hash)."""
+        token = self._tokens.get(spec.key)
+        if token is None:
+            with self._lock:
+                if len(self._tokens) > 10000:
+                    self._tokens.clear()
+                token = self._tokens[spec.key] = next(self._token_ids)
+        return token
+
     def ranking(self, entry, spec, cells=None):
         """Feasible GPU sets on ``entry`` for ``spec``, best first.
 
@@ -245,7 +260,7 @@ class GpuView:
         if entry.pending and entry.pending[0][0] <= self.clock():
             with self._lock:
                 self._expire(entry)
-        key = (spec.key(), self.demand_version, cells)
+        key = (self.token(spec), self.demand_version, cells)
         found = entry.cache.get(key)
         if found is not None:
             return found
@@ -253,6 +268,8 @@ class GpuView:
             if cells:
                 _set_cells(entry.host, cells)
             found = self._rank(entry, spec)
+            if len(entry.cache) >= MEMO_PER_HOST:
+                entry.cache.clear()
             entry.cache[key] = found
         return found
 

@@ -79,9 +79,12 @@ STOCK_CONF = {
 
 @dataclasses.dataclass(frozen=True)
 class GpuHost:
-    """A fake compute host: ``gpus`` GPUs of ``model``, each enabled for
-    the vGPU type ``vgpu_type``; ``numa`` gives each GPU's NUMA node (2
-    nodes), ``nvlink`` the NVLink-connected pairs (as NVML would)."""
+    """A fake compute host: ``gpus`` GPUs of ``model``.
+
+    Each GPU is enabled for the vGPU type ``vgpu_type``; ``numa`` gives each
+    GPU's NUMA node (2 nodes), ``nvlink`` the NVLink-connected pairs (as
+    NVML would).
+    """
 
     name: str
     model: str
