@@ -1,15 +1,15 @@
 """Send host GPU reports over oslo.messaging, losing none.
 
 Each report is first written to an outbox directory, then sent, oldest
-first, as a ``messagingv2`` notification on ``<topic>.info``. oslo.messaging's
-Notifier and its drivers log and drop a send that failed, so the agent
-hands the envelope to the notification transport itself (what the
-``messagingv2`` driver does, minus swallowing the error). A report leaves the outbox only
-once the driver returned without error; while the broker is down reports
-stay there and go out, in order, on the next ``flush``. Use durable queues
-(``[oslo_messaging_rabbit] amqp_durable_queues``) so that what the broker
-accepted survives its restart. Consumers see at-least-once delivery and
-keep the newest ``generation`` per host.
+first, as a ``messagingv2`` notification on ``<topic>.info``.
+oslo.messaging's Notifier and its drivers log and drop a send that failed,
+so the agent hands the envelope to the notification transport itself (what
+the ``messagingv2`` driver does, minus swallowing the error). A report
+leaves the outbox only once the transport took it; while the broker is
+down reports stay there and go out, in order, on the next ``flush``. Use
+durable queues (``[oslo_messaging_rabbit] amqp_durable_queues``) so that
+what the broker accepted survives its restart. Consumers see at-least-once
+delivery and keep the newest ``generation`` per host.
 """
 
 import datetime

@@ -68,5 +68,6 @@ class TestNovaKeepsTraits(testtools.TestCase):
             self.assertFalse(expected & tree.data(child).traits)
             # ... then the resource tracker merges the provider configs
             rt._merge_provider_configs(rt.provider_configs, tree)
-            self.assertTrue(expected <= tree.data(child).traits)
+            self.assertEqual(expected,
+                             expected & tree.data(child).traits)
             self.assertIn('CUSTOM_NVIDIA_222', tree.data(child).traits)
