@@ -1,21 +1,27 @@
 """How nova-gpu ranks the feasible placements of one request.
 
-The cost of a placement (lower is better) is, in GPUs:
+The cost of a placement (lower is better) has three parts:
 
-* the growth of the host's expected fragmentation
-  (``fragmentation.host_fragmentation``: free GPU capacity that typical
-  requests cannot use, CPU and memory included, so that GPUs left on a
-  host without CPU or memory for them count as lost), plus
-* ``pack`` times the free GPU capacity the host keeps (best fit: fill
-  hosts already in use before opening fresh ones), plus
-* ``strand`` times the GPUs that would be left free while the host's CPU
-  or memory runs low: free GPUs times the smaller of the CPU and memory
-  shares still free, subtracted, so hosts whose GPUs are gone take the
-  CPU-heavy work.
+1. The growth of the host's expected fragmentation
+   (``fragmentation.host_fragmentation``, FGD's measure: free GPU capacity
+   that typical requests cannot use, counting CPU and memory), in steps
+   of ``quantum`` GPUs. Placements closer than a step are equal, and
+   equal placements go to the first host in the scheduler's order: a
+   first-fit that keeps load on few hosts and whole hosts free. Replays
+   of the Alibaba trace lose about five points of allocation when exact
+   deltas let every placement scatter to whichever host is marginally
+   best.
+2. ``strand`` steps per GPU stranded: free GPUs beyond what the host's
+   free CPU and memory can feed, at the demand's mean CPU and memory per
+   GPU (``StrandModel``). Without it, CPU-heavy work fills hosts whose
+   GPUs then stay idle.
+3. ``tight`` per free milli of the GPU chosen before the placement:
+   among equal choices, the tightest GPU (best fit).
 
-``placement_cost`` is plain arithmetic, so it takes scalars (the scheduler
-engine, one host at a time) or numpy arrays (the simulator, every
-candidate at once) alike.
+``placement_cost`` is plain arithmetic (``//``, ``abs``), so it takes
+scalars (the scheduler engine, one host at a time) or numpy arrays (the
+simulator, every candidate at once) alike; ``host_placement_cost`` applies
+it to a core ``Host``.
 """
 
 import dataclasses
@@ -26,45 +32,86 @@ from nova_gpu.core import host as host_mod
 
 @dataclasses.dataclass(frozen=True)
 class CostWeights:
-    fragmentation: float = 1.0
-    pack: float = 0.05
-    strand: float = 0.0
+    quantum: float = 0.08  # GPUs of fragmentation per cost step
+    strand: float = 1.0  # cost steps per stranded GPU
+    tight: float = 1e-6  # cost steps per free milli on the chosen GPU
 
 
 DEFAULT_WEIGHTS = CostWeights()
 
 
-def placement_cost(weights, frag_delta, gpu_free_after, cpu_free_after,
-                   cpu_total, mem_free_after, mem_total):
-    """Cost of a placement; milli quantities in, GPUs out.
+@dataclasses.dataclass(frozen=True)
+class StrandModel:
+    """Mean CPU (milli) and memory (MiB) that one GPU of demand brings."""
 
-    ``frag_delta``: growth of expected fragmentation (milli);
-    ``gpu_free_after``: the host's free GPU milli after the placement;
-    CPU and memory: free after the placement, and the host's totals.
+    cpu_per_gpu: float
+    mem_per_gpu: float
+
+    @classmethod
+    def from_typical(cls, items):
+        """From (cpu_milli, memory_mib, gpu_milli, weight) tuples."""
+        gpus = sum(w * g for _c, _m, g, w in items if g) / host_mod.MILLI
+        if not gpus:
+            return cls(float('inf'), float('inf'))
+        cpu = sum(w * c for c, _m, g, w in items if g) / gpus
+        mem = sum(w * m for _c, m, g, w in items if g) / gpus
+        return cls(cpu or float('inf'), mem or float('inf'))
+
+    @classmethod
+    def from_demand(cls, demand):
+        """From a ``fragmentation.Demand`` of share/whole requests."""
+        return cls.from_typical(
+            [(i.request.cpu_milli, i.request.memory_mib,
+              i.request.gpu_milli, i.weight)
+             for i in demand.items if i.request is not None])
+
+    def stranded(self, gpu_free, cpu_free, mem_free):
+        """GPUs (of ``gpu_free`` milli) the free CPU and memory cannot feed."""
+        gpus = gpu_free / host_mod.MILLI
+        by_cpu = gpus - cpu_free / self.cpu_per_gpu
+        by_mem = gpus - mem_free / self.mem_per_gpu
+        worst = (by_cpu + by_mem + abs(by_cpu - by_mem)) / 2
+        return (worst + abs(worst)) / 2
+
+
+def placement_cost(weights, strand_model, frag_delta, gpu_free_before,
+                   gpu_free_after, cpu_before, cpu_after, mem_before,
+                   mem_after, unit_free=0):
+    """Cost of one placement on one host; lower is better.
+
+    ``frag_delta``: growth of the host's expected fragmentation (milli);
+    GPU free capacity (milli), CPU (milli) and memory (MiB) free on the
+    host before and after; ``unit_free``: free milli of the GPU a share
+    goes to, before it does.
     """
-    cost = weights.fragmentation * frag_delta / host_mod.MILLI
-    if weights.pack:
-        cost = cost + weights.pack * gpu_free_after / host_mod.MILLI
+    # The nudge keeps deltas computed in different orders (incrementally in
+    # the simulator, by difference here) on the same side of a step.
+    cost = (frag_delta + 1e-6) // (weights.quantum * host_mod.MILLI)
     if weights.strand:
-        cpu_share = cpu_free_after / cpu_total
-        mem_share = mem_free_after / mem_total
-        low = cpu_share * (cpu_share < mem_share) + mem_share * (
-            cpu_share >= mem_share)
-        cost = cost + weights.strand * (gpu_free_after / host_mod.MILLI) * (
-            1.0 - low)
-    return cost
+        cost = cost + weights.strand * (
+            strand_model.stranded(gpu_free_after, cpu_after, mem_after)
+            - strand_model.stranded(gpu_free_before, cpu_before,
+                                    mem_before))
+    return cost + weights.tight * unit_free
 
 
-def host_placement_cost(host, placement, demand, weights=DEFAULT_WEIGHTS):
+def host_placement_cost(host, placement, demand, strand_model,
+                        weights=DEFAULT_WEIGHTS):
     """``placement_cost`` of ``placement`` on ``host`` (a core Host)."""
     before = fragmentation.host_fragmentation(host, demand)
+    gpu_before = sum(g.free_milli for g in host.gpus)
+    cpu_before, mem_before = host.cpu_free, host.memory_free
+    unit_free = 0
+    if (len(placement.slots) == 1
+            and placement.slots[0].kind != host_mod.WHOLE):
+        unit_free = host.gpus[placement.slots[0].gpu].free_milli
     host.allocate(placement)
     try:
         after = fragmentation.host_fragmentation(host, demand)
-        gpu_free = sum(g.free_milli for g in host.gpus)
-        cpu_free, mem_free = host.cpu_free, host.memory_free
+        gpu_after = sum(g.free_milli for g in host.gpus)
+        cpu_after, mem_after = host.cpu_free, host.memory_free
     finally:
         host.free(placement)
-    return placement_cost(weights, after - before, gpu_free, cpu_free,
-                          max(host.cpu_milli, 1), mem_free,
-                          max(host.memory_mib, 1))
+    return placement_cost(weights, strand_model, after - before, gpu_before,
+                          gpu_after, cpu_before, cpu_after, mem_before,
+                          mem_after, unit_free)

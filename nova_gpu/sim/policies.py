@@ -178,7 +178,11 @@ def _normalise(values):
 
 
 class OursPolicy(Policy):
-    """nova-gpu: ``scoring.placement_cost`` over every candidate."""
+    """nova-gpu: ``scoring.placement_cost`` over every candidate.
+
+    The fragmentation measure is FGD's (typical tasks keyed by CPU and GPU
+    shape); memory enters through the stranding term.
+    """
 
     name = 'ours'
 
@@ -186,25 +190,30 @@ class OursPolicy(Policy):
         self.weights = weights or scoring.DEFAULT_WEIGHTS
 
     def setup(self, cluster, typical_fgd, typical_mem):
-        self.demand = state_mod.Demand(typical_mem, cluster.model_names,
-                                       memory=True)
+        self.demand = state_mod.Demand(typical_fgd, cluster.model_names,
+                                       memory=False)
         self.entry = cluster.track(self.demand)
+        self.strand = scoring.StrandModel.from_typical(
+            [(t.cpu, t.memory, t.num_gpu * t.milli, t.weight)
+             for t in typical_mem])
 
     def choose(self, cluster, task, mask, rng):
         nodes = np.flatnonzero(mask)
         node, gpu, delta, total = candidates(cluster, self.entry, task,
                                              nodes)
         cpu, mem, num, milli = task[:4]
+        share = bool(num) and milli < host_mod.MILLI
+        unit_free = cluster.left[node, gpu] if share else 0
         cost = scoring.placement_cost(
-            self.weights, delta, total,
-            cluster.cpu[node] - cpu, cluster.nodes.cpu[node],
-            cluster.mem[node] - mem, cluster.nodes.memory[node])
-        # Equal costs: the lowest node, then GPU, index (deterministic).
+            self.weights, self.strand, delta, cluster.left[node].sum(1),
+            total, cluster.cpu[node], cluster.cpu[node] - cpu,
+            cluster.mem[node], cluster.mem[node] - mem, unit_free)
+        # Equal costs: the first node, then GPU, in index order.
         best = int(np.argmin(cost))
         chosen = int(node[best])
         if not num:
             return chosen, ()
-        if milli < host_mod.MILLI:
+        if share:
             return chosen, (int(gpu[best]),)
         return chosen, exclusive_gpus(cluster.left[chosen], num)
 

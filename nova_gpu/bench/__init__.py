@@ -1,0 +1,1 @@
+"""Benchmarks printed by ``python -m nova_gpu.bench`` (``tox -e bench``)."""

@@ -1,0 +1,53 @@
+"""Print every benchmark table: the simulator's, then the others'.
+
+Each module is imported only when its turn comes, so a missing or broken
+one is reported on its own line and the others still run.
+"""
+
+import argparse
+import importlib
+import sys
+import traceback
+
+MODULES = ('sim_bench', 'scheduler_cost', 'agent_bench', 'core_bench')
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog='python -m nova_gpu.bench')
+    parser.add_argument('--only', help='comma-separated subset of: %s'
+                        % ', '.join(MODULES))
+    parser.add_argument('--results-dir', help='where the simulator writes '
+                        'its markdown tables and PNG plot')
+    parser.add_argument('--quick', action='store_true',
+                        help='fewer seeds (simulator), for a smoke run')
+    args = parser.parse_args(argv)
+    wanted = args.only.split(',') if args.only else MODULES
+    status = 0
+    for name in wanted:
+        print('=' * 72)
+        print('nova_gpu.bench.%s' % name)
+        print('=' * 72, flush=True)
+        try:
+            module = importlib.import_module('nova_gpu.bench.' + name)
+        except ImportError as e:
+            print('SKIPPED: nova_gpu.bench.%s is not available (%s)'
+                  % (name, e))
+            continue
+        try:
+            if name == 'sim_bench':
+                ok = module.run(results_dir=args.results_dir,
+                                quick=args.quick)
+            else:
+                ok = module.run()
+            if ok is False:
+                status = 1
+        except Exception:
+            traceback.print_exc()
+            print('FAILED: nova_gpu.bench.%s raised' % name)
+            status = 1
+        sys.stdout.flush()
+    return status
+
+
+if __name__ == '__main__':
+    sys.exit(main())
