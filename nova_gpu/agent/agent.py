@@ -1,0 +1,97 @@
+"""The compute agent assembled from its configuration.
+
+One object wires sysfs, NVML, libvirt, discovery, device management and
+reconcile from ``[gpu_agent]`` options; the service, the helper CLI and the
+benchmark all use it.
+"""
+
+import socket
+import time
+
+from oslo_log import log as logging
+
+from nova_gpu.agent import devices
+from nova_gpu.agent import discovery
+from nova_gpu.agent import errors
+from nova_gpu.agent import libvirt_host
+from nova_gpu.agent import nvml as nvml_mod
+from nova_gpu.agent import provider_config
+from nova_gpu.agent import reconcile
+from nova_gpu.agent import sysfs as sysfs_mod
+from nova_gpu.core import catalog as catalog_mod
+
+LOG = logging.getLogger(__name__)
+
+
+class Agent:
+    def __init__(self, conf, nvml_lib=None):
+        opts = conf.gpu_agent
+        self.conf = conf
+        self.host = opts.host or socket.gethostname()
+        self.nodename = opts.nodename or self.host
+        self.sysfs = sysfs_mod.Sysfs(opts.sysfs_root)
+        self.nvml = nvml_mod.Nvml(lib=nvml_lib) if opts.use_nvml else None
+        try:
+            self.libvirt = libvirt_host.LibvirtHost(
+                opts.libvirt_uri, retries=opts.libvirt_retries,
+                settle_timeout=opts.device_timeout)
+        except errors.Unavailable as e:
+            LOG.warning('libvirt not used: %s', e)
+            self.libvirt = None
+        self.catalog = catalog_mod.load_catalog(conf.gpu.catalog_files)
+        self.manager = devices.DeviceManager(
+            self.sysfs, self.libvirt, self.nvml, timeout=opts.device_timeout)
+        self.reconciler = reconcile.Reconciler(
+            self.manager, remove_orphans=opts.remove_orphans,
+            grace_period=opts.orphan_grace_period)
+        self._generation = 0
+
+    def close(self):
+        if self.libvirt is not None:
+            self.libvirt.close()
+        if self.nvml is not None:
+            self.nvml.close()
+
+    def discover(self):
+        return discovery.Discovery(
+            self.sysfs, self.nvml, self.catalog, host=self.host,
+            nodename=self.nodename, libvirt=self.libvirt).discover()
+
+    def next_generation(self):
+        # Milliseconds since the epoch: increases across agent restarts.
+        self._generation = max(self._generation + 1,
+                               int(time.time() * 1000))
+        return self._generation
+
+    def reconcile(self):
+        if self.libvirt is None:
+            return None
+        return self.reconciler.run()
+
+    def cycle(self, publisher=None):
+        """Reconcile, discover, write the provider config, publish.
+
+        Returns what happened and how long each step took.
+        """
+        timings = {}
+        start = time.perf_counter()
+        result = self.reconcile()
+        timings['reconcile_s'] = time.perf_counter() - start
+        start = time.perf_counter()
+        inventory = self.discover()
+        timings['discover_s'] = time.perf_counter() - start
+        report = inventory.report(generation=self.next_generation())
+        path = self.conf.gpu_agent.provider_config_file
+        changed = False
+        if path:
+            try:
+                changed = provider_config.write(inventory, path)
+            except OSError as e:
+                LOG.error('cannot write provider config %s: %s', path, e)
+            if changed:
+                LOG.warning('GPU topology traits changed in %s: restart '
+                            'nova-compute so that it reads them', path)
+        pending = publisher.publish(report) if publisher else None
+        return {'reconcile': result.as_dict() if result else None,
+                'report': report, 'provider_config_changed': changed,
+                'unsent_reports': pending, 'timings': timings}

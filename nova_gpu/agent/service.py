@@ -1,0 +1,74 @@
+"""nova-gpu-agent: the compute-side service.
+
+Runs beside nova-compute with an oslo.config file, e.g.::
+
+    nova-gpu-agent --config-file /etc/nova-gpu/nova-gpu.conf
+
+At start and every ``[gpu_agent] reconcile_interval`` seconds it reconciles
+devices, discovers the GPUs, writes the provider config file and publishes
+the host report.
+"""
+
+import os
+import signal
+import sys
+import threading
+
+from oslo_log import log as logging
+
+from nova_gpu.agent import agent as agent_mod
+from nova_gpu.agent import privsep
+from nova_gpu.agent import publisher as publisher_mod
+import nova_gpu.conf
+
+LOG = logging.getLogger(__name__)
+
+
+def prepare(argv, prog, stderr=False):
+    conf = nova_gpu.conf.CONF
+    logging.register_options(conf)
+    if stderr:  # keep stdout for the command's output
+        conf.set_default('use_stderr', True)
+    conf(argv, project='nova-gpu', prog=prog)
+    logging.setup(conf, 'nova-gpu')
+    if os.geteuid() == 0:
+        # Already root (the service usually is): no privsep daemon needed.
+        privsep.use_in_process()
+    return conf
+
+
+def main(argv=None):
+    conf = prepare(sys.argv[1:] if argv is None else argv, 'nova-gpu-agent')
+    opts = conf.gpu_agent
+    agent = agent_mod.Agent(conf)
+    publisher = publisher_mod.ReportPublisher(
+        conf, opts.report_topic, opts.outbox_dir, opts.outbox_max,
+        publisher_id='nova-gpu-agent.%s' % agent.host)
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    LOG.info('nova-gpu-agent on %s (node %s) starting', agent.host,
+             agent.nodename)
+    try:
+        while not stop.is_set():
+            try:
+                result = agent.cycle(publisher)
+                LOG.info('GPU cycle: %d GPUs, reconcile %.3fs, discovery '
+                         '%.3fs, %s reports unsent',
+                         len(result['report']['gpus']),
+                         result['timings']['reconcile_s'],
+                         result['timings']['discover_s'],
+                         result['unsent_reports'])
+            except Exception:
+                LOG.exception('GPU agent cycle failed; retrying next cycle')
+            if not opts.reconcile_interval:
+                break
+            stop.wait(opts.reconcile_interval)
+    finally:
+        publisher.close()
+        agent.close()
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())
