@@ -13,17 +13,22 @@ Put it after every other filter that prunes allocation candidates, so that
 the order it leaves is the order Nova claims in.
 """
 
+import logging
+
 from nova.scheduler import filters
 from nova.scheduler import utils as scheduler_utils
-from oslo_log import log as logging
+from oslo_log import log as oslo_logging
 
 from nova_gpu.scheduler import flavor
 from nova_gpu.scheduler import view as view_mod
 
-LOG = logging.getLogger(__name__)
+LOG = oslo_logging.getLogger(__name__)
 
 # At most this many per-host reasons go into the NoValidHost log line.
 MAX_REASONS = 20
+# Candidate orders memoised per host ranking (one per distinct candidate
+# list Placement returned while the host stayed the same).
+MAX_ORDERS = 8
 
 
 class GpuFilter(filters.CandidateFilterMixin, filters.BaseHostFilter):
@@ -34,6 +39,7 @@ class GpuFilter(filters.CandidateFilterMixin, filters.BaseHostFilter):
 
     def __init__(self, view=None):
         self._view = view
+        self._last_request = None
 
     @property
     def view(self):
@@ -50,10 +56,12 @@ class GpuFilter(filters.CandidateFilterMixin, filters.BaseHostFilter):
         if spec is None:
             yield from filter_obj_list
             return
-        self.view.note_request(spec)
+        view = self.view
+        view.note_request(spec)
+        request = self._request(spec_obj, spec)
         reasons, passed = [], 0
         for host_state in filter_obj_list:
-            why = self._check(host_state, spec_obj, spec)
+            why = self._check(host_state, request)
             if why is None:
                 passed += 1
                 yield host_state
@@ -70,13 +78,25 @@ class GpuFilter(filters.CandidateFilterMixin, filters.BaseHostFilter):
 
     def host_passes(self, host_state, spec_obj):
         spec = flavor.from_request_spec(spec_obj)
-        return spec is None or self._check(host_state, spec_obj,
-                                           spec) is None
+        return spec is None or self._check(
+            host_state, self._request(spec_obj, spec)) is None
+
+    def _request(self, spec_obj, spec):
+        # One weak reference per pass: every host's decision shares it, so
+        # the weighers and the next pass of a multi-create can tell it.
+        last = self._last_request
+        if (last is not None and last.spec_ref() is spec_obj
+                and last.spec is spec and last.instance_uuid
+                == getattr(spec_obj, 'instance_uuid', None)):
+            return last
+        self._last_request = self.view.request(spec_obj, spec)
+        return self._last_request
 
     # -- one host -----------------------------------------------------------
 
-    def _check(self, host_state, spec_obj, spec):
+    def _check(self, host_state, request):
         """None if ``host_state`` passes, else the reason it does not."""
+        spec = request.spec
         if spec.problem:
             return spec.problem
         view = self.view
@@ -85,10 +105,11 @@ class GpuFilter(filters.CandidateFilterMixin, filters.BaseHostFilter):
             if spec.explicit:
                 return 'no GPU report from this host yet'
             return None  # stock vGPU flavor on an unknown host: as Nova
-        view.catch_claim(entry, spec_obj, host_state.num_instances)
-        ranking = view.ranking(entry, spec, _cells(host_state, spec))
+        view.catch_claim(entry, request, host_state.num_instances)
+        ranking = view.ranking(entry, spec, _cells(host_state, spec),
+                               request.token)
         if not ranking.items:
-            view.decide(entry, spec_obj, host_state.num_instances, None)
+            view.decide(entry, request, host_state.num_instances, None)
             return ranking.why
         best = ranking.items[0]
         if host_state.allocation_candidates:
@@ -97,55 +118,82 @@ class GpuFilter(filters.CandidateFilterMixin, filters.BaseHostFilter):
                 return ('Placement offered GPU providers that cannot serve '
                         'the request: %s' % (ranking.why or
                                              'profile, model or topology'))
-        view.decide(entry, spec_obj, host_state.num_instances, best)
+        view.decide(entry, request, host_state.num_instances, best)
         return None
 
     def _order_candidates(self, host_state, entry, spec, ranking):
         """Prune and sort candidates; return the Ranked of candidate 0.
 
         Returns None when candidate 0 could not be mapped to GPUs (its
-        providers are not resolved yet) and False when no candidate is
-        left.
+        providers are not resolved yet: it is kept, after the others) and
+        False when no candidate is left.
         """
+        candidates = host_state.allocation_candidates
+        signature = tuple(tuple(c['allocations']) for c in candidates)
+        known = ranking.orders.get(signature)
+        if known is not None:
+            order, best = known
+            if order:
+                host_state.allocation_candidates = [candidates[i]
+                                                    for i in order]
+                return best
+            return False
         rc = spec.resource_class
-        unranked = len(ranking.items)
-        ranks = {}
+        view = self.view
+        keys = {}
 
         def keep(candidate):
             gpus = _gpus_of(entry, candidate, rc)
             if gpus is None:
-                ranks[id(candidate)] = unranked + 1  # unknown: keep, last
+                keys[id(candidate)] = (_UNKNOWN, None)
                 return True
-            pos = ranking.position.get(gpus)
-            if pos is None:
-                if not view_feasible(gpus):
-                    return False
-                pos = unranked
-            ranks[id(candidate)] = pos
+            ranked = view.evaluate(entry, spec, ranking, gpus)
+            if ranked is None:
+                return False
+            keys[id(candidate)] = (ranked.key, ranked)
             return True
 
-        def view_feasible(gpus):
-            return bool(gpus) and self.view.feasible(entry, spec, gpus)
+        if LOG.isEnabledFor(logging.DEBUG):
+            # Nova's mixin logs each candidate's fate at DEBUG.
+            kept = self.filter_candidates(host_state, keep)
+        else:
+            # Same pruning without formatting every candidate into a
+            # debug string nobody reads (most of the mixin's cost).
+            kept = [c for c in candidates if keep(c)]
+            host_state.allocation_candidates = kept
+        kept.sort(key=lambda c: keys[id(c)][0])
+        best = keys[id(kept[0])][1] if kept else False
+        position = {id(c): i for i, c in enumerate(candidates)}
+        if len(ranking.orders) < MAX_ORDERS:
+            ranking.orders[signature] = (
+                tuple(position[id(c)] for c in kept), best)
+        return best
 
-        kept = self.filter_candidates(host_state, keep)
-        if not kept:
-            return False
-        kept.sort(key=lambda c: ranks[id(c)])
-        first = ranks[id(kept[0])]
-        return ranking.items[first] if first < unranked else None
+
+# Sorts after every known sort key.
+_UNKNOWN = (float('inf'),)
 
 
 def _gpus_of(entry, candidate, rc):
-    """Sorted GPU indices a candidate allocates ``rc`` on, or None."""
+    """Sorted GPU indices a candidate allocates on, or None if unknown."""
+    allocations = candidate['allocations']
+    rps = tuple(allocations)
+    try:
+        return entry.rp_sets[rps]
+    except KeyError:
+        pass
     gpus = []
     uuids = entry.uuids
-    for rp_uuid, alloc in candidate['allocations'].items():
-        if rc in alloc['resources']:
-            index = uuids.get(rp_uuid)
-            if index is None:
-                return None
+    for rp_uuid in rps:
+        index = uuids.get(rp_uuid)
+        if index is not None:
             gpus.append(index)
-    return tuple(sorted(gpus))
+        elif rc in allocations[rp_uuid]['resources']:
+            gpus = None  # a GPU provider this view cannot name yet
+            break
+    found = tuple(sorted(gpus)) if gpus is not None else None
+    entry.rp_sets[rps] = found
+    return found
 
 
 def _cells(host_state, spec):
@@ -155,6 +203,10 @@ def _cells(host_state, spec):
     topo = host_state.numa_topology
     if not topo:
         return None
+    # Nova replaces the object whenever the usage changes: memoise on it.
+    entry_cells = _CELLS.get(id(topo))
+    if entry_cells is not None and entry_cells[0] is topo:
+        return entry_cells[1]
     result = []
     for cell in topo.cells:
         cpus = cell.pcpuset or cell.cpuset
@@ -162,4 +214,12 @@ def _cells(host_state, spec):
                        len(cell.pinned_cpus or ()) * 1000
                        if cell.pcpuset else cell.cpu_usage * 1000,
                        cell.memory, cell.memory_usage))
-    return tuple(result)
+    result = tuple(result)
+    if len(_CELLS) > 100000:
+        _CELLS.clear()
+    _CELLS[id(topo)] = (topo, result)
+    return result
+
+
+# id(HostState.numa_topology) -> (that object, its cells as plain tuples)
+_CELLS = {}

@@ -60,19 +60,29 @@ class Ranked:
     choice: engine_mod.Choice
     request: request_mod.GpuRequest
     free_milli: int  # free capacity of these GPUs before the placement
+    # Sort key: device size (when asked by need), cost, alternative order,
+    # then best fit and the lowest GPU indices so that ties are stable.
+    key: tuple
 
 
 class Ranking:
-    """Feasible GPU sets of one host for one request, best first."""
+    """Feasible GPU sets of one host for one request, best first.
 
-    __slots__ = ('items', 'position', 'why')
+    ``by_gpus`` maps a sorted GPU index tuple to its best Ranked, or to
+    None when that set cannot serve the request; sets the engine did not
+    list are evaluated when a Placement candidate uses them, and memoised.
+    """
+
+    __slots__ = ('items', 'by_gpus', 'why', 'base_frag', 'orders')
 
     def __init__(self, items, why=None):
         self.items = items
-        self.position = {}
-        for i, item in enumerate(items):
-            self.position.setdefault(item.gpus, i)
+        self.orders = {}  # candidates' provider sets -> (order, best)
+        self.by_gpus = {}
+        for item in items:
+            self.by_gpus.setdefault(item.gpus, item)
         self.why = why
+        self.base_frag = None
 
 
 class HostEntry:
@@ -80,13 +90,14 @@ class HostEntry:
 
     __slots__ = ('nodename', 'host', 'providers', 'uuids', 'generation',
                  'version', 'pending', 'cache', 'models', 'last',
-                 'received')
+                 'received', 'rp_sets')
 
     def __init__(self, nodename, host, providers, generation, received):
         self.nodename = nodename
         self.host = host
         self.providers = providers  # provider name -> GPU index
         self.uuids = {}  # provider UUID -> GPU index
+        self.rp_sets = {}  # candidate's provider UUIDs -> GPU indices
         self.generation = generation
         self.version = 0
         self.pending = []  # (expiry, placement) chosen since the report
@@ -99,6 +110,19 @@ class HostEntry:
     def changed(self):
         self.version += 1
         self.cache.clear()
+        self.rp_sets.clear()
+
+
+class Request:
+    """One instance's scheduling pass, as the filter sees it."""
+
+    __slots__ = ('spec', 'spec_ref', 'instance_uuid', 'token')
+
+    def __init__(self, spec_obj, spec, token):
+        self.spec = spec
+        self.spec_ref = weakref.ref(spec_obj)
+        self.instance_uuid = getattr(spec_obj, 'instance_uuid', None)
+        self.token = token
 
 
 class Decision:
@@ -106,9 +130,9 @@ class Decision:
 
     __slots__ = ('spec_ref', 'instance_uuid', 'num_instances', 'ranked')
 
-    def __init__(self, spec_obj, num_instances, ranked):
-        self.spec_ref = weakref.ref(spec_obj)
-        self.instance_uuid = getattr(spec_obj, 'instance_uuid', None)
+    def __init__(self, request, num_instances, ranked):
+        self.spec_ref = request.spec_ref
+        self.instance_uuid = request.instance_uuid
         self.num_instances = num_instances
         self.ranked = ranked
 
@@ -251,7 +275,11 @@ class GpuView:
                 token = self._tokens[spec.key] = next(self._token_ids)
         return token
 
-    def ranking(self, entry, spec, cells=None):
+    def request(self, spec_obj, spec):
+        """Per-pass state shared by every host of one filter run."""
+        return Request(spec_obj, spec, self.token(spec))
+
+    def ranking(self, entry, spec, cells=None, token=None):
         """Feasible GPU sets on ``entry`` for ``spec``, best first.
 
         ``cells`` is ``((id, cpu_milli, cpu_used, memory_mib, memory_used),
@@ -260,7 +288,8 @@ class GpuView:
         if entry.pending and entry.pending[0][0] <= self.clock():
             with self._lock:
                 self._expire(entry)
-        key = (self.token(spec), self.demand_version, cells)
+        key = (self.token(spec) if token is None else token,
+               self.demand_version, cells)
         found = entry.cache.get(key)
         if found is not None:
             return found
@@ -291,41 +320,76 @@ class GpuView:
         for alt in dict.fromkeys(alts):
             for choice in self.engine.rank(host, alt):
                 gpus = choice.placement.gpus
-                items.append(Ranked(gpus, choice, alt, sum(
-                    host.gpus[i].free_milli for i in gpus)))
-        items.sort(key=lambda r: (size.get(r.request, 0), r.choice.cost,
-                                  order[r.request]))
+                free = sum(host.gpus[i].free_milli for i in gpus)
+                items.append(Ranked(
+                    gpus, choice, alt, free,
+                    (size.get(alt, 0), choice.cost, order[alt], free, gpus)))
+        items.sort(key=_by_key)
         why = None
         if not items:
             why = self.engine.why_not(host, alts[0])
         return Ranking(tuple(items), why)
 
-    def feasible(self, entry, spec, gpus):
-        """Could ``gpus`` (indices) serve ``spec``? For sets not ranked."""
+    def evaluate(self, entry, spec, ranking, gpus):
+        """Ranked for GPU set ``gpus`` (sorted indices), None if it cannot
+        serve ``spec``. For sets Placement offered that the engine did not
+        list; memoised in ``ranking``.
+        """
+        try:
+            return ranking.by_gpus[gpus]
+        except KeyError:
+            pass
+        with self._lock:
+            found = self._evaluate(entry, spec, ranking, gpus)
+            ranking.by_gpus[gpus] = found
+        return found
+
+    def _evaluate(self, entry, spec, ranking, gpus):
         host = entry.host
-        if any(not 0 <= i < len(host.gpus) for i in gpus):
-            return False
+        if not gpus or any(not 0 <= i < len(host.gpus) for i in gpus):
+            return None
         chosen = [host.gpus[i] for i in gpus]
-        for alt in spec.alternatives:
-            if alt.count != len(chosen):
-                continue
-            if not all(fragmentation.unit_fits(g, alt) for g in chosen):
+        size = dict(zip(spec.alternatives, spec.sizes))
+        for order, alt in enumerate(spec.alternatives):
+            if alt.count != len(chosen) or not all(
+                    fragmentation.unit_fits(g, alt) for g in chosen):
                 continue
             if not topology.satisfies(chosen, alt.topology):
                 continue
-            if alt.numa_affinity == 'require' and host.cells:
-                node = {g.numa_node for g in chosen}
-                cell = host.cells.get(node.pop()) if len(node) == 1 else None
-                if cell is None or not cell.fits(alt.cpu_milli,
-                                                 alt.memory_mib):
-                    continue
-            return True
-        return False
+            node, miss = _numa(host, chosen, alt)
+            if miss is None:
+                continue
+            slots = tuple(fragmentation.unit_slots(g, alt)[0]
+                          for g in chosen)
+            placement = host_mod.Placement(host.name, slots, node,
+                                           alt.cpu_milli, alt.memory_mib)
+            demand = self.engine.demand
+            if ranking.base_frag is None:
+                ranking.base_frag = fragmentation.host_fragmentation(
+                    host, demand)
+            try:
+                host.allocate(placement)
+            except exceptions.GpuError:
+                continue
+            try:
+                after = fragmentation.host_fragmentation(host, demand)
+            finally:
+                host.free(placement)
+            weights = self.engine.weights
+            delta = (after - ranking.base_frag) / host_mod.MILLI
+            topo = topology.penalty(chosen)
+            cost = (weights.fragmentation * delta + weights.topology * topo
+                    + weights.numa * miss)
+            choice = engine_mod.Choice(placement, delta, topo, miss, cost)
+            free = sum(g.free_milli for g in chosen)
+            return Ranked(gpus, choice, alt, free,
+                          (size.get(alt, 0), cost, order, free, gpus))
+        return None
 
     # -- decisions and claims ----------------------------------------------
 
-    def decide(self, entry, spec_obj, num_instances, ranked):
-        entry.last = Decision(spec_obj, num_instances, ranked)
+    def decide(self, entry, request, num_instances, ranked):
+        entry.last = Decision(request, num_instances, ranked)
 
     def decision(self, nodename, spec_obj):
         entry = self._hosts.get(nodename)
@@ -334,7 +398,7 @@ class GpuView:
             return None
         return last.ranked
 
-    def catch_claim(self, entry, spec_obj, num_instances):
+    def catch_claim(self, entry, request, num_instances):
         """Count the previous instance of a multi-create, if it landed here.
 
         Nova claims candidate 0 of the chosen host and then bumps that
@@ -343,9 +407,8 @@ class GpuView:
         """
         last = entry.last
         if (last is None or last.ranked is None
-                or last.spec_ref() is not spec_obj
-                or last.instance_uuid == getattr(spec_obj, 'instance_uuid',
-                                                 None)
+                or last.spec_ref is not request.spec_ref
+                or last.instance_uuid == request.instance_uuid
                 or num_instances <= last.num_instances):
             return
         entry.last = None
@@ -378,6 +441,24 @@ class GpuView:
                 pass
         entry.pending = keep
         entry.changed()
+
+
+def _by_key(ranked):
+    return ranked.key
+
+
+def _numa(host, gpus, req):
+    """(NUMA cell to charge, miss penalty), or (None, None) if refused."""
+    if req.numa_affinity == 'none' or not host.cells:
+        return None, 0.0
+    nodes = {g.numa_node for g in gpus}
+    if len(nodes) == 1:
+        cell = host.cells.get(next(iter(nodes)))
+        if cell and cell.fits(req.cpu_milli, req.memory_mib):
+            return cell.id, 0.0
+    if req.numa_affinity == 'require':
+        return None, None
+    return None, 1.0
 
 
 def _plain(req):

@@ -4,6 +4,7 @@ import logging
 import unittest
 
 import fixtures
+from oslo_utils.fixture import uuidsentinel as uuids
 
 try:
     from nova import objects
@@ -44,7 +45,7 @@ class FilterTest(base.TestCase):
             name='f', vcpus=2, memory_mb=2048, root_gb=1, ephemeral_gb=0,
             swap=0, extra_specs={k.replace('__', ':'): v
                                  for k, v in specs.items()})
-        return objects.RequestSpec(flavor=flavor, instance_uuid='i1',
+        return objects.RequestSpec(flavor=flavor, instance_uuid=uuids.i1,
                                    num_instances=1, scheduler_hints={},
                                    ignore_hosts=None, force_hosts=None,
                                    force_nodes=None)
@@ -115,7 +116,7 @@ class FilterTest(base.TestCase):
         # Nova claims candidate 0 and consumes the host, then filters the
         # next instance of the same request.
         state.num_instances += 1
-        spec_obj.instance_uuid = 'i2'
+        spec_obj.instance_uuid = uuids.i2
         passed = self.run_filter([state], spec_obj)
         self.assertEqual([state], passed)
         self.assertEqual(1, len(state.allocation_candidates))

@@ -45,8 +45,10 @@ class ViewTest(base.TestCase):
             self.assertIn(item.gpus, [(0, 1), (2, 3)])
         pair = spec(gpu__count='2', gpu__topology='numa',
                     resources1__VGPU='1', resources2__VGPU='1')
-        self.assertTrue(self.view.feasible(entry, pair, (2, 3)))
-        self.assertFalse(self.view.feasible(entry, pair, (1, 2)))
+        ranking = self.view.ranking(entry, pair)
+        self.assertEqual((2, 3), self.view.evaluate(entry, pair, ranking,
+                                                    (2, 3)).gpus)
+        self.assertIsNone(self.view.evaluate(entry, pair, ranking, (1, 2)))
 
     def test_nvlink_pairs(self):
         entry = self.add_host('h1', 'H100-80GB', vgpu_type='H100-10C',
@@ -56,7 +58,8 @@ class ViewTest(base.TestCase):
         gpus = {item.gpus for item in self.view.ranking(entry, nv).items}
         self.assertTrue(gpus)
         self.assertLessEqual(gpus, {(0, 3), (1, 2)})
-        self.assertFalse(self.view.feasible(entry, nv, (0, 1)))
+        ranking = self.view.ranking(entry, nv)
+        self.assertIsNone(self.view.evaluate(entry, nv, ranking, (0, 1)))
 
     def test_by_need_prefers_smallest_device(self):
         entry = self.add_host('h1', 'A100-40GB', vgpu_type=None)
@@ -70,6 +73,19 @@ class ViewTest(base.TestCase):
         self.assertIn(ranking.items[0].gpus, [(1,), (3,)])
         self.assertEqual('A100-20C', ranking.items[0].request.profile)
         self.assertNotIn((2,), [i.gpus for i in ranking.items])
+
+    def test_sets_the_engine_did_not_list_are_scored(self):
+        entry = self.add_host('h1', 'H100-80GB', count=8, per_numa=4,
+                              vgpu_type='H100-10C')
+        four = spec(gpu__profile='H100-10C', gpu__count='4',
+                    **{'resources%d__VGPU' % i: '1' for i in range(1, 5)})
+        ranking = self.view.ranking(entry, four)
+        local = self.view.evaluate(entry, four, ranking, (0, 1, 2, 3))
+        spread = self.view.evaluate(entry, four, ranking, (0, 1, 4, 5))
+        self.assertLess(local.key, spread.key)
+        self.assertLess(local.choice.topology, spread.choice.topology)
+        self.assertIs(spread, self.view.evaluate(entry, four, ranking,
+                                                 (0, 1, 4, 5)))
 
     def test_memoised_until_the_host_changes(self):
         entry = self.add_host('h1', 'A100-40GB', vgpu_type='A100-10C')

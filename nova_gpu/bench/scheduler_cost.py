@@ -1,0 +1,237 @@
+"""What the scheduler plugin costs nova-scheduler per request, per host.
+
+Runs our filter and weighers through Nova's own ``HostFilterHandler`` and
+``HostWeightHandler`` on real ``HostState`` objects at 1,000 and 10,000
+hosts of 8 GPUs (two NUMA cells of 4), for a 4-GPU request with dedicated
+CPUs on one NUMA node, side by side with Nova's in-tree way of serving the
+same request with PCI passthrough: ``PciPassthroughFilter`` +
+``NUMATopologyFilter`` + ``PCIWeigher`` on hosts with the same 8 GPUs in
+``pci_stats``. Also reports the memory of the GPU view at 10,000 hosts.
+
+"cold" is the first request after every host changed (the view scores each
+host); "warm" is a request whose hosts are unchanged since the last one
+(memoised). Each host carries 8 Placement allocation candidates for our
+side (4 of its 8 GPU providers each) and one (the compute node) for the
+in-tree side, whose PCI devices are not in Placement.
+
+Run: ``python -m nova_gpu.bench.scheduler_cost [hosts ...]``.
+"""
+
+import itertools
+import json
+import sys
+import time
+import tracemalloc
+
+from oslo_config import cfg
+
+CONF = cfg.CONF
+GPUS = 8
+CPUS_PER_CELL = 32
+MEM_PER_CELL = 262144
+MODEL = 'H100-80GB'
+VENDOR, PRODUCT = '10de', '2330'
+CANDIDATES_PER_HOST = 8
+
+
+def _numa_topology(objects):
+    cells = []
+    for cid in range(2):
+        cpus = set(range(cid * CPUS_PER_CELL, (cid + 1) * CPUS_PER_CELL))
+        cells.append(objects.NUMACell(
+            id=cid, socket=cid, cpuset=set(), pcpuset=cpus,
+            memory=MEM_PER_CELL,
+            cpu_usage=0, memory_usage=0, pinned_cpus=set(),
+            siblings=[{c} for c in sorted(cpus)],
+            mempages=[objects.NUMAPagesTopology(
+                size_kb=4, total=MEM_PER_CELL * 256, used=0)],
+            network_metadata=objects.NetworkMetadata(physnets=set(),
+                                                     tunneled=False)))
+    return objects.NUMATopology(cells=cells)
+
+
+def _host_state(host_manager, objects, name, topology):
+    state = host_manager.HostState(name, name, 'cell1')
+    state.uuid = name + '-root'
+    state.numa_topology = topology
+    state.free_ram_mb = MEM_PER_CELL * 2
+    state.total_usable_ram_mb = MEM_PER_CELL * 2
+    state.limits = {}
+    state.aggregates = []
+    state.cpu_allocation_ratio = 1.0
+    state.ram_allocation_ratio = 1.0
+    return state
+
+
+def _gpu_report(report_mod, name):
+    return {
+        'version': report_mod.VERSION, 'host': name, 'nodename': name,
+        'generation': 1, 'cpu_milli': 2 * CPUS_PER_CELL * 1000,
+        'memory_mib': 2 * MEM_PER_CELL,
+        'numa_cells': [{'id': c, 'cpu_milli': CPUS_PER_CELL * 1000,
+                        'memory_mib': MEM_PER_CELL} for c in range(2)],
+        'gpus': [{'index': i, 'address': '0000:%02x:00.0' % (0x18 + i),
+                  'model': MODEL, 'numa_node': i // 4,
+                  'pcie_switch': 'sw%d' % (i // 2),
+                  'nvlink_peers': [p for p in range(GPUS) if p != i],
+                  'mig_enabled': False, 'vgpu_types': None,
+                  'provider': '%s_pci_0000_%02x_00_0' % (name, 0x18 + i),
+                  'devices': []} for i in range(GPUS)]}
+
+
+def _ours(n, objects, host_manager, view_mod, report_mod):
+    view = view_mod.GpuView()
+    tracemalloc.start()
+    base = tracemalloc.take_snapshot()
+    for i in range(n):
+        name = 'gpu%05d' % i
+        view.ingest(_gpu_report(report_mod, name))
+        view.set_provider_uuids(name, {
+            '%s_pci_0000_%02x_00_0' % (name, 0x18 + g): '%s-rp%d' % (name, g)
+            for g in range(GPUS)})
+    used = sum(s.size_diff for s in
+               tracemalloc.take_snapshot().compare_to(base, 'filename'))
+    tracemalloc.stop()
+    topology = _numa_topology(objects)
+    combos = list(itertools.combinations(range(GPUS), 4))
+    # Placement lists candidates in no GPU-aware order: spread them out.
+    picks = [combos[(k * 17) % len(combos)]
+             for k in range(CANDIDATES_PER_HOST)]
+    states = []
+    for i in range(n):
+        name = 'gpu%05d' % i
+        state = _host_state(host_manager, objects, name, topology)
+        state.allocation_candidates = [
+            {'allocations': {'%s-rp%d' % (name, g): {'resources': {'PGPU': 1}}
+                             for g in pick},
+             'mappings': {'': ['%s-rp%d' % (name, g) for g in pick]}}
+            for pick in picks]
+        states.append(state)
+    flavor = objects.Flavor(
+        name='gpu4', vcpus=8, memory_mb=16384, root_gb=1, ephemeral_gb=0,
+        swap=0, extra_specs={'gpu:kind': 'whole', 'gpu:count': '4',
+                             'hw:cpu_policy': 'dedicated',
+                             'hw:numa_nodes': '1', 'resources:PGPU': '4'})
+    return view, states, flavor, used
+
+
+def _in_tree(n, objects, host_manager, stats, whitelist):
+    spec = {'vendor_id': VENDOR, 'product_id': PRODUCT}
+    CONF.set_override('device_spec', [json.dumps(spec)], 'pci')
+    CONF.set_override('alias', [json.dumps(dict(spec, name='gpu'))], 'pci')
+    dev_filter = whitelist.Whitelist([json.dumps(spec)])
+    states = []
+    for i in range(n):
+        name = 'pci%05d' % i
+        topology = _numa_topology(objects)
+        state = _host_state(host_manager, objects, name, topology)
+        pci = stats.PciDeviceStats(topology, dev_filter=dev_filter)
+        for g in range(GPUS):
+            pci.add_device(objects.PciDevice.create(None, {
+                'compute_node_id': i, 'address': '0000:%02x:00.0' % (0x18 + g),
+                'vendor_id': VENDOR, 'product_id': PRODUCT,
+                'status': 'available', 'request_id': None,
+                'numa_node': g // 4, 'dev_type': 'type-PCI',
+                'parent_addr': None}))
+        state.pci_stats = pci
+        state.allocation_candidates = [{
+            'allocations': {state.uuid: {'resources': {'VCPU': 8}}},
+            'mappings': {'': [state.uuid]}}]
+        states.append(state)
+    flavor = objects.Flavor(
+        name='pci4', vcpus=8, memory_mb=16384, root_gb=1, ephemeral_gb=0,
+        swap=0, extra_specs={'pci_passthrough:alias': 'gpu:4',
+                             'hw:cpu_policy': 'dedicated',
+                             'hw:numa_nodes': '1'})
+    return states, flavor
+
+
+def _request(objects, flavor, pci=False):
+    numa = objects.InstanceNUMATopology(cells=[objects.InstanceNUMACell(
+        id=0, cpuset=set(), pcpuset=set(range(8)), memory=16384,
+        cpu_policy='dedicated')])
+    spec = objects.RequestSpec(
+        flavor=flavor, num_instances=1,
+        instance_uuid='0b7f3c1e-8d2a-4c55-9f1e-5a6b7c8d9e0f',
+        numa_topology=numa, scheduler_hints={}, ignore_hosts=None,
+        force_hosts=None, force_nodes=None, image=objects.ImageMeta(
+            properties=objects.ImageMetaProps()),
+        pci_requests=objects.InstancePCIRequests(requests=[
+            objects.InstancePCIRequest(
+                count=4, alias_name='gpu',
+                request_id='6d1e5b4e-0c1f-4f0e-9a51-3c6f5d2b8a11',
+                spec=[{'vendor_id': VENDOR, 'product_id': PRODUCT}])]
+            if pci else []))
+    return spec
+
+
+def _time(filters, weighers, states, spec, rounds):
+    from nova.scheduler import filters as nova_filters
+    from nova.scheduler import weights as nova_weights
+    fh = nova_filters.HostFilterHandler()
+    wh = nova_weights.HostWeightHandler()
+    times = []
+    passed = 0
+    for _ in range(rounds):
+        start = time.perf_counter()
+        kept = fh.get_filtered_objects(filters, states, spec)
+        wh.get_weighed_objects(weighers, kept, spec)
+        times.append(time.perf_counter() - start)
+        passed = len(kept)
+    return times, passed
+
+
+def run(sizes=(1000, 10000), out=sys.stdout):
+    """Measure and print the table; returns its rows."""
+    from nova import objects
+    from nova.pci import stats
+    from nova.pci import whitelist
+    from nova.scheduler.filters import numa_topology_filter
+    from nova.scheduler.filters import pci_passthrough_filter
+    from nova.scheduler import host_manager
+    from nova.scheduler.weights import pci as pci_weigher
+
+    from nova_gpu import conf  # noqa: F401
+    from nova_gpu.core import report as report_mod
+    from nova_gpu.scheduler import filters as gpu_filters
+    from nova_gpu.scheduler import view as view_mod
+    from nova_gpu.scheduler import weighers as gpu_weighers
+
+    objects.register_all()
+    CONF([], project='nova')
+    rows = []
+    for n in sizes:
+        view, states, flavor, view_bytes = _ours(
+            n, objects, host_manager, view_mod, report_mod)
+        spec = _request(objects, flavor)
+        ours_f = [gpu_filters.GpuFilter(view)]
+        ours_w = [gpu_weighers.GpuFragmentationWeigher(view),
+                  gpu_weighers.GpuTopologyWeigher(view)]
+        cold, passed = _time(ours_f, ours_w, states, spec, 1)
+        warm, _ = _time(ours_f, ours_w, states, spec, 3)
+        rows.append(('nova-gpu GpuFilter + 2 weighers', n, passed,
+                     cold[0] / n * 1e6, min(warm) / n * 1e6, view_bytes))
+        del view, states
+        pstates, pflavor = _in_tree(n, objects, host_manager, stats,
+                                    whitelist)
+        pspec = _request(objects, pflavor, pci=True)
+        tree_f = [pci_passthrough_filter.PciPassthroughFilter(),
+                  numa_topology_filter.NUMATopologyFilter()]
+        tree_w = [pci_weigher.PCIWeigher()]
+        times, passed = _time(tree_f, tree_w, pstates, pspec, 3)
+        rows.append(('Nova PciPassthrough + NUMATopology + PCIWeigher', n,
+                     passed, times[0] / n * 1e6, min(times) / n * 1e6,
+                     None))
+        del pstates
+    out.write('%-48s %7s %7s %10s %10s %12s\n' % (
+        'filters + weighers', 'hosts', 'passed', 'cold us/h', 'warm us/h',
+        'view MiB'))
+    for name, n, passed, cold_us, warm_us, mem in rows:
+        out.write('%-48s %7d %7d %10.1f %10.1f %12s\n' % (
+            name, n, passed, cold_us, warm_us,
+            '%.1f' % (mem / 2 ** 20) if mem is not None else '-'))
+    return rows
+
+
+if __name__ == '__main__':
+    run(tuple(int(a) for a in sys.argv[1:]) or (1000, 10000))
