@@ -133,15 +133,19 @@ class LibvirtHost:
 
         libvirtd re-reads mdevctl's definitions some time after each
         change in /etc/mdevctl.d; meanwhile a device that was just defined
-        can briefly be missing from its list.
+        can briefly be missing from its list, or be listed as transient
+        (then setting autostart is refused as an invalid operation).
         """
+        transient = (libvirt.VIR_ERR_NO_NODE_DEVICE,
+                     libvirt.VIR_ERR_OPERATION_INVALID)
+
         def run(conn):
             deadline = time.monotonic() + self.settle_timeout
             while True:
                 try:
                     return fn(conn)
                 except libvirt.libvirtError as e:
-                    if (e.get_error_code() != libvirt.VIR_ERR_NO_NODE_DEVICE
+                    if (e.get_error_code() not in transient
                             or time.monotonic() > deadline):
                         raise
                 time.sleep(0.02)

@@ -80,3 +80,14 @@ class PrivateRabbit(fixtures.Fixture):
 
     def start_app(self):
         self.ctl('start_app')
+
+
+class SharedOrPrivateRabbit(fixtures.Fixture):
+    """The broker on 127.0.0.1:5672 if one runs, else a private node."""
+
+    def _setUp(self):
+        try:
+            socket.create_connection(('127.0.0.1', 5672), timeout=2).close()
+            self.url = 'rabbit://guest:guest@127.0.0.1:5672/'
+        except OSError:
+            self.url = self.useFixture(PrivateRabbit()).url

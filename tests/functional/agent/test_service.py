@@ -1,0 +1,93 @@
+"""nova-gpu-agent run as a command with an oslo.config file."""
+
+import os
+import subprocess
+import sys
+import threading
+import uuid as uuid_mod
+
+from oslo_config import cfg
+import oslo_messaging
+import yaml
+
+from tests.functional.agent import rabbit
+from tests.functional.agent import test_mdev
+
+CONFIG = """\
+[DEFAULT]
+transport_url = {url}
+use_stderr = true
+
+[oslo_messaging_notifications]
+transport_url = {url}
+
+[gpu_agent]
+host = cmp1
+libvirt_uri = {uri}
+sysfs_root = {sysfs}
+use_nvml = false
+reconcile_interval = 0
+orphan_grace_period = 0
+provider_config_file = {dir}/provider_config/nova-gpu.yaml
+outbox_dir = {dir}/outbox
+report_topic = {topic}
+"""
+
+
+class Reports:
+    def __init__(self):
+        self.got = []
+        self.event = threading.Event()
+
+    def info(self, ctxt, publisher_id, event_type, payload, metadata):
+        self.got.append((publisher_id, event_type, payload))
+        self.event.set()
+
+
+class TestService(test_mdev.MdevTestCase):
+
+    def test_one_cycle(self):
+        url = self.useFixture(rabbit.SharedOrPrivateRabbit()).url
+        topic = 'ngpu_test_%s' % uuid_mod.uuid4().hex[:8]
+        conf = cfg.ConfigOpts()
+        conf([], project='nova-gpu-test')
+        transport = oslo_messaging.get_notification_transport(conf, url=url)
+        reports = Reports()
+        listener = oslo_messaging.get_notification_listener(
+            transport, [oslo_messaging.Target(topic=topic)], [reports],
+            executor='threading')
+        listener.start()
+        self.addCleanup(listener.wait)
+        self.addCleanup(listener.stop)
+
+        used = self.manager.create_mdev(test_mdev.PARENT, 'nvidia-222')
+        orphan = self.manager.create_mdev(test_mdev.PARENT, 'nvidia-222')
+        self.define_domain('vm', mdevs=[used])
+        path = os.path.join(self.host.dir, 'nova-gpu.conf')
+        with open(path, 'w') as f:
+            f.write(CONFIG.format(url=url, uri=self.host.uri,
+                                  sysfs=self.fs.root, dir=self.host.dir,
+                                  topic=topic))
+        proc = subprocess.run(
+            [sys.executable, '-m', 'nova_gpu.agent.service',
+             '--config-file', path], capture_output=True, text=True,
+            timeout=120)
+        self.assertEqual(0, proc.returncode, proc.stderr)
+        self.assertEqual([used], self.fs.mdevs())  # orphan removed
+        self.assertNotIn(orphan, self.lv.mdevs())
+        self.assertTrue(reports.event.wait(30), 'no report received')
+        publisher_id, event_type, payload = reports.got[0]
+        self.assertEqual('nova-gpu-agent.cmp1', publisher_id)
+        self.assertEqual('gpu.host.report', event_type)
+        self.assertEqual('cmp1', payload['host'])
+        self.assertEqual([{'kind': 'vgpu', 'detail': 'T4-1Q',
+                           'uuid': used}], payload['gpus'][0]['devices'])
+        with open(os.path.join(self.host.dir, 'provider_config',
+                               'nova-gpu.yaml')) as f:
+            doc = yaml.safe_load(f)
+        self.assertEqual('1.0', doc['meta']['schema_version'])
+        self.assertEqual(
+            {'identification': {'name': 'cmp1_pci_0000_3b_00_0'},
+             'traits': {'additional': ['CUSTOM_GPU_MODEL_T4',
+                                       'CUSTOM_GPU_NUMA_0']}},
+            doc['providers'][0])
