@@ -120,10 +120,11 @@ class Replay:
         self.hosts = build_hosts(nodes, mode, self.catalog)
         self.models = [h.gpus[0].model for h in self.hosts]
         self.weights = weights or scoring.DEFAULT_WEIGHTS
-        self.demand = demands(typical_mem if policy == 'ours'
-                              else typical_fgd, mode, self.catalog,
-                              memory=(policy == 'ours'))
-        self.strand = scoring.StrandModel.from_typical(typical_mem)
+        # FGD's typical tasks for both; ours adds memory via stranding.
+        self.demand = demands(typical_fgd, mode, self.catalog, memory=False)
+        self.strand = scoring.StrandModel.from_typical(
+            [(t.cpu, t.memory, t.num_gpu * t.milli, t.weight)
+             for t in typical_mem])
         self.engine = engine_mod.PlacementEngine()
         self.capacity = sum(len(h.gpus) for h in self.hosts) * host_mod.MILLI
         self._cache = [dict() for _ in self.hosts]
@@ -175,11 +176,16 @@ class Replay:
         placement = placement or host_mod.Placement(host.name, (), None,
                                                     cpu, mem)
         before = self._base(i)
+        gpu_before = sum(g.free_milli for g in host.gpus)
+        unit_free = 0
+        if (len(placement.slots) == 1
+                and placement.slots[0].kind != host_mod.WHOLE):
+            unit_free = host.gpus[placement.slots[0].gpu].free_milli
         host.allocate(placement)
         try:
             after = fragmentation.host_fragmentation(
                 host, self.demand[self.models[i].name])
-            gpu_free = sum(g.free_milli for g in host.gpus)
+            gpu_after = sum(g.free_milli for g in host.gpus)
         finally:
             host.free(placement)
         delta = after - before
@@ -187,10 +193,9 @@ class Replay:
             score = int(100.0 / (1.0 + math.exp(delta / 1000.0)))
             return (-score,)
         return (scoring.placement_cost(
-            self.weights, delta, gpu_free, host.cpu_free - cpu,
-            host.memory_free - mem, self.strand,
-            host.cpu_free, host.memory_free,
-            sum(g.free_milli for g in host.gpus)),)
+            self.weights, self.strand, delta, gpu_before, gpu_after,
+            host.cpu_free, host.cpu_free - cpu, host.memory_free,
+            host.memory_free - mem, unit_free),)
 
     def place(self, task):
         """Place one task; returns (host index, placement) or None."""
@@ -226,19 +231,28 @@ def _norm(values):
 
 
 def replay(nodes, tasks, mode, policy, typical_source, stride=1):
-    """Replay ``tasks`` in ``mode``; returns (capacity, arrived, used)."""
+    """Replay ``tasks`` in ``mode``.
+
+    Returns (capacity, arrived, requested, allocated): per task, the GPU
+    request arrived so far, the request placed so far (what tasks asked,
+    in milli) and the capacity allocated (profiles rounded up).
+    """
     if stride > 1:
         nodes = trace_mod.Nodes(nodes.names[::stride], nodes.cpu[::stride],
                                 nodes.memory[::stride], nodes.gpus[::stride],
                                 nodes.models[::stride])
     run = Replay(nodes, mode, policy, trace_mod.typical_tasks(typical_source),
                  trace_mod.typical_tasks(typical_source, with_memory=True))
-    arrived, used, total = [], [], 0
+    arrived, requested, allocated = [], [], []
+    total = placed = 0
     for i in range(len(tasks)):
         task = (int(tasks.cpu[i]), int(tasks.memory[i]),
                 int(tasks.num_gpu[i]), int(tasks.milli[i]))
-        run.place(task)
+        if run.place(task) is not None:
+            placed += task[2] * task[3]
         total += task[2] * task[3]
         arrived.append(total)
-        used.append(run.used())
-    return run.capacity, np.array(arrived), np.array(used)
+        requested.append(placed)
+        allocated.append(run.used())
+    return (run.capacity, np.array(arrived), np.array(requested),
+            np.array(allocated))
