@@ -19,6 +19,10 @@ try:
     import libvirt
 except ImportError:  # the agent can still run discovery without it
     libvirt = None
+else:
+    # Errors reach the agent as exceptions with clear messages; keep
+    # libvirt from also printing every one of them on stderr.
+    libvirt.registerErrorHandler(lambda ctx, err: None, None)
 
 
 def _is_connection_error(exc):
