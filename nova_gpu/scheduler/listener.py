@@ -1,7 +1,7 @@
 """Receives the agents' GPU reports in nova-scheduler (oslo.messaging).
 
 nova-gpu-agent publishes each report as an ``info`` notification with
-event type ``gpu.report`` on ``[gpu_scheduler] report_topic`` over Nova's
+event type ``gpu.host.report`` on ``[gpu_scheduler] report_topic`` over Nova's
 notification transport. Every scheduler process listens in its own pool,
 so each one keeps a full view. The endpoint is the only way reports enter
 the view, in production and in the functional tests alike.
@@ -19,14 +19,16 @@ from nova_gpu.core import exceptions
 CONF = cfg.CONF
 LOG = logging.getLogger(__name__)
 
-EVENT_TYPE = 'gpu.report'
+# As nova_gpu.agent.publisher sends it (a unit test keeps them equal).
+EVENT_TYPE = 'gpu.host.report'
 PUBLISHER = 'nova-gpu-agent'
 
 
 class ReportEndpoint:
     """oslo.messaging notification endpoint feeding a GpuView."""
 
-    filter_rule = messaging.NotificationFilter(event_type=r'^gpu\.report$')
+    filter_rule = messaging.NotificationFilter(
+        event_type=r'^gpu\.host\.report$')
 
     def __init__(self, view):
         self.view = view

@@ -132,12 +132,21 @@ class ViewTest(base.TestCase):
 
     def test_listener_endpoint_feeds_the_view(self):
         endpoint = listener.ReportEndpoint(self.view)
-        endpoint.info({}, 'nova-gpu-agent.h2', 'gpu.report',
+        endpoint.info({}, 'nova-gpu-agent.h2', listener.EVENT_TYPE,
                       base.gpu_report('h2', 'T4', count=2), {})
         self.assertEqual(2, len(self.view.get('h2').host.gpus))
         # A bad report is dropped with a log line, not raised.
-        endpoint.info({}, 'x', 'gpu.report', {'version': 99}, {})
+        endpoint.info({}, 'x', listener.EVENT_TYPE, {'version': 99}, {})
         self.assertIsNone(self.view.get('x'))
+
+    def test_listener_and_agent_agree_on_the_event_type(self):
+        from nova_gpu.agent import publisher
+        self.assertEqual(publisher.EVENT_TYPE, listener.EVENT_TYPE)
+        rule = listener.ReportEndpoint.filter_rule
+        self.assertTrue(rule.match({}, 'nova-gpu-agent.h1',
+                                   publisher.EVENT_TYPE, {}, {}))
+        self.assertFalse(rule.match({}, 'nova-compute.h1',
+                                    'compute.instance.create.end', {}, {}))
 
     def test_demand_follows_requests(self):
         before = self.view.demand_version
