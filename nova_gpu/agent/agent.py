@@ -15,6 +15,7 @@ from nova_gpu.agent import discovery
 from nova_gpu.agent import errors
 from nova_gpu.agent import libvirt_host
 from nova_gpu.agent import nvml as nvml_mod
+from nova_gpu.agent import placement
 from nova_gpu.agent import provider_config
 from nova_gpu.agent import reconcile
 from nova_gpu.agent import sysfs as sysfs_mod
@@ -45,6 +46,7 @@ class Agent:
             self.manager, remove_orphans=opts.remove_orphans,
             grace_period=opts.orphan_grace_period)
         self._generation = 0
+        self._placement = None
 
     def close(self):
         if self.libvirt is not None:
@@ -81,6 +83,14 @@ class Agent:
         inventory = self.discover()
         timings['discover_s'] = time.perf_counter() - start
         report = inventory.report(generation=self.next_generation())
+        if self.conf.gpu_agent.placement_cloud:
+            try:
+                if self._placement is None:
+                    self._placement = placement.PlacementReader(
+                        placement.connect(self.conf.gpu_agent.placement_cloud))
+                self._placement.annotate(report)
+            except Exception as e:  # Placement is optional for the agent
+                LOG.warning('cannot read Placement: %s', e)
         path = self.conf.gpu_agent.provider_config_file
         changed = False
         if path:

@@ -59,10 +59,12 @@ opts = [
     cfg.IntOpt('outbox_max', default=100, min=1,
                help='Most unsent reports kept; older ones are dropped '
                     'first, since a newer report supersedes them.'),
-    cfg.BoolOpt('use_placement', default=False,
-                help='Also check the GPU resource providers in Placement '
-                     '(openstacksdk, [placement] credentials) and log the '
-                     'ones nova-compute has not created yet.'),
+    cfg.StrOpt('placement_cloud',
+               help='clouds.yaml entry (openstacksdk) used to read the GPU '
+                    'resource providers from Placement, to add their UUIDs '
+                    'to the report and log the ones nova-compute has not '
+                    'created yet. The agent never writes to Placement. '
+                    'Unset: Placement is not read.'),
 ]
 
 
