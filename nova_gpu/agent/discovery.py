@@ -185,7 +185,10 @@ class Discovery:
             if rec.numa_node is None:
                 rec.numa_node = (nv.numa_node if nv and nv.numa_node
                                  is not None else 0)
-            rec.pcie_switch = fn.pcie_switch if fn else None
+            # sysfs shows the bridges; NVML's common ancestor is the
+            # fallback when sysfs is not there.
+            rec.pcie_switch = (fn.pcie_switch if fn and fn.bridges
+                               else nv.pcie_group if nv else None)
             records.append(rec)
         self._nvlinks(records)
         self._devices(records)

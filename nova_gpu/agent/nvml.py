@@ -40,6 +40,7 @@ class NvmlGpu:
     supported_vgpu_types: dict = dataclasses.field(default_factory=dict)
     creatable_vgpu_types: dict = dataclasses.field(default_factory=dict)
     numa_node: int = None
+    pcie_group: str = None        # GPUs behind one PCIe switch share it
 
 
 def normalise_bus_id(bus_id):
@@ -127,7 +128,30 @@ class Nvml:
                 dev, lib.nvmlDeviceGetCreatableVgpus)
             gpu.numa_node = self._try(lib.nvmlDeviceGetNumaNodeId, dev)
             result.append(gpu)
+        self._pcie_groups(result)
         return result
+
+    def _pcie_groups(self, gpus):
+        """Group GPUs whose common PCIe ancestor is a switch (PIX/PXB)."""
+        lib = self.lib
+        handles = [lib.nvmlDeviceGetHandleByIndex(g.index) for g in gpus]
+        group = list(range(len(gpus)))
+
+        def find(i):
+            while group[i] != i:
+                i = group[i]
+            return i
+        for i in range(len(gpus)):
+            for j in range(i + 1, len(gpus)):
+                level = self._try(lib.nvmlDeviceGetTopologyCommonAncestor,
+                                  handles[i], handles[j])
+                if level is not None and level <= \
+                        lib.NVML_TOPOLOGY_MULTIPLE:
+                    group[find(j)] = find(i)
+        for i, g in enumerate(gpus):
+            members = [k for k in range(len(gpus)) if find(k) == find(i)]
+            if len(members) > 1:
+                g.pcie_group = 'nvml-switch-%d' % gpus[min(members)].index
 
     def _nvlink_remotes(self, dev):
         lib = self.lib

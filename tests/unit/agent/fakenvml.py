@@ -111,6 +111,14 @@ class FakePynvml(types.SimpleNamespace):
     def nvmlDeviceGetNvLinkRemotePciInfo(self, dev, link):
         return types.SimpleNamespace(busId=dev.links[link].encode())
 
+    def nvmlDeviceGetTopologyCommonAncestor(self, a, b):
+        ia, ib = self.gpus.index(a), self.gpus.index(b)
+        if ia // 2 == ib // 2:  # a pair behind one PCIe switch
+            return pynvml.NVML_TOPOLOGY_SINGLE
+        if a.numa == b.numa:
+            return pynvml.NVML_TOPOLOGY_NODE
+        return pynvml.NVML_TOPOLOGY_SYSTEM
+
     def nvmlDeviceGetSupportedVgpus(self, dev):
         if dev.mig:
             return []

@@ -71,6 +71,16 @@ class TestHgxH100(SysfsCase):
         self.assertNotEqual(switches[1], switches[2])
         self.assertEqual(4, len(set(switches)))
 
+    def test_pcie_switch_from_nvml_without_sysfs(self):
+        inv = discovery.Discovery(sysfs.Sysfs('/nonexistent'), self.nvml,
+                                  CATALOG).discover()
+        self.assertEqual(['nvml-switch-0', 'nvml-switch-0', 'nvml-switch-2',
+                          'nvml-switch-2', 'nvml-switch-4', 'nvml-switch-4',
+                          'nvml-switch-6', 'nvml-switch-6'],
+                         [g.pcie_switch for g in inv.gpus])
+        # NUMA from NVML when sysfs is missing
+        self.assertEqual([0] * 4 + [1] * 4, [g.numa_node for g in inv.gpus])
+
     def test_vgpu_types_from_nvml(self):
         self.assertEqual(['H100XM-10C', 'H100XM-20C', 'H100XM-40C',
                           'H100XM-80C'], self.inv.gpus[0].vgpu_profiles)
