@@ -44,6 +44,7 @@ class GpuRecord:
     mdevs: list = dataclasses.field(default_factory=list)
     vf_vgpus: dict = dataclasses.field(default_factory=dict)  # vf -> id
     mig_slots: list = dataclasses.field(default_factory=list)
+    vf_functions: tuple = ()            # sysfs.PciFunction of each VF
 
     @property
     def vgpu_profiles(self):
@@ -60,10 +61,8 @@ class GpuRecord:
                          self.nvml.supported_vgpu_types.values())
         return sorted({n for n in names if n in self.model.vgpu_profiles})
 
-    _vfs = ()
-
     def vfs(self):
-        return self._vfs
+        return self.vf_functions
 
     def traits(self):
         result = ['CUSTOM_GPU_MODEL_' + trait_part(self.model.name),
@@ -179,8 +178,8 @@ class Discovery:
             model = self._model(fn, nv)
             rec = GpuRecord(index=index, address=addr, model=model, pci=fn,
                             nvml=nv)
-            rec._vfs = tuple(pci[v] for v in (fn.vfs if fn else ())
-                             if v in pci)
+            rec.vf_functions = tuple(
+                pci[v] for v in (fn.vfs if fn else ()) if v in pci)
             rec.numa_node = (fn.numa_node if fn else None)
             if rec.numa_node is None:
                 rec.numa_node = (nv.numa_node if nv and nv.numa_node
