@@ -26,9 +26,9 @@ LOG = oslo_logging.getLogger(__name__)
 
 # At most this many per-host reasons go into the NoValidHost log line.
 MAX_REASONS = 20
-# Candidate orders memoised per host ranking (one per distinct candidate
-# list Placement returned while the host stayed the same).
-MAX_ORDERS = 8
+# Candidate orders memoised per ranking (one per distinct candidate list,
+# in GPU indices, that Placement returned for hosts in that state).
+MAX_ORDERS = 64
 
 
 class GpuFilter(filters.CandidateFilterMixin, filters.BaseHostFilter):
@@ -129,45 +129,42 @@ class GpuFilter(filters.CandidateFilterMixin, filters.BaseHostFilter):
         False when no candidate is left.
         """
         candidates = host_state.allocation_candidates
-        signature = tuple(tuple(c['allocations']) for c in candidates)
-        known = ranking.orders.get(signature)
-        if known is not None:
-            order, best = known
-            if order:
-                host_state.allocation_candidates = [candidates[i]
-                                                    for i in order]
-                return best
-            return False
         rc = spec.resource_class
-        view = self.view
-        keys = {}
-
-        def keep(candidate):
-            gpus = _gpus_of(entry, candidate, rc)
-            if gpus is None:
-                keys[id(candidate)] = (_UNKNOWN, None)
-                return True
-            ranked = view.evaluate(entry, spec, ranking, gpus)
-            if ranked is None:
-                return False
-            keys[id(candidate)] = (ranked.key, ranked)
-            return True
-
+        # In GPU indices, so that hosts in the same state share the memo.
+        gpu_sets = [_gpus_of(entry, c, rc) for c in candidates]
+        signature = tuple(gpu_sets)
+        known = ranking.orders.get(signature)
+        if known is None:
+            known = self._order(entry, spec, ranking, gpu_sets)
+            if len(ranking.orders) < MAX_ORDERS:
+                ranking.orders[signature] = known
+        order, best = known
         if LOG.isEnabledFor(logging.DEBUG):
             # Nova's mixin logs each candidate's fate at DEBUG.
-            kept = self.filter_candidates(host_state, keep)
-        else:
-            # Same pruning without formatting every candidate into a
-            # debug string nobody reads (most of the mixin's cost).
-            kept = [c for c in candidates if keep(c)]
-            host_state.allocation_candidates = kept
-        kept.sort(key=lambda c: keys[id(c)][0])
-        best = keys[id(kept[0])][1] if kept else False
-        position = {id(c): i for i, c in enumerate(candidates)}
-        if len(ranking.orders) < MAX_ORDERS:
-            ranking.orders[signature] = (
-                tuple(position[id(c)] for c in kept), best)
-        return best
+            keep = {id(candidates[i]) for i in order}
+            self.filter_candidates(host_state, lambda c: id(c) in keep)
+        host_state.allocation_candidates = [candidates[i] for i in order]
+        return best if order else False
+
+    def _order(self, entry, spec, ranking, gpu_sets):
+        """(indices of the candidates kept, best first; Ranked of the
+        first, or None if its GPUs are unknown).
+        """
+        keyed = []
+        for i, gpus in enumerate(gpu_sets):
+            if gpus is None:
+                keyed.append((_UNKNOWN, i, None))
+                continue
+            ranked = self.view.evaluate(entry, spec, ranking, gpus)
+            if ranked is not None:
+                keyed.append((ranked.key, i, ranked))
+        keyed.sort(key=_first_two)
+        return (tuple(i for _key, i, _r in keyed),
+                keyed[0][2] if keyed else None)
+
+
+def _first_two(item):
+    return item[0], item[1]
 
 
 # Sorts after every known sort key.

@@ -45,8 +45,8 @@ LOG = logging.getLogger(__name__)
 # How often (in requests seen) the demand distribution is rebuilt; between
 # rebuilds every memoised ranking stays valid.
 DEMAND_REBUILD_EVERY = 50
-# Rankings memoised per host (requests x NUMA usage states) at most.
-MEMO_PER_HOST = 32
+# Rankings memoised, shared by hosts in the same state; at most this many.
+MAX_RANKINGS = 50000
 # A whole GPU is always part of the demand, at this share: an empty GPU is
 # worth keeping empty for whoever needs all of one.
 WHOLE_GPU_SHARE = 0.5
@@ -89,8 +89,8 @@ class HostEntry:
     """One compute node as the scheduler sees it."""
 
     __slots__ = ('nodename', 'host', 'providers', 'uuids', 'generation',
-                 'version', 'pending', 'cache', 'models', 'last',
-                 'received', 'rp_sets')
+                 'version', 'pending', 'models', 'last', 'received',
+                 'rp_sets', 'topology_key', 'state_key')
 
     def __init__(self, nodename, host, providers, generation, received):
         self.nodename = nodename
@@ -101,7 +101,14 @@ class HostEntry:
         self.generation = generation
         self.version = 0
         self.pending = []  # (expiry, placement) chosen since the report
-        self.cache = {}
+        # What a ranking depends on besides the request: equal keys on two
+        # hosts give equal rankings, so hosts in the same state share one.
+        self.topology_key = (
+            tuple((g.numa_node, g.pcie_switch, tuple(sorted(g.nvlink_peers)))
+                  for g in host.gpus),
+            tuple((c.id, c.cpu_milli, c.memory_mib)
+                  for _, c in sorted(host.cells.items())))
+        self.state_key = None
         self.models = frozenset(m for g in host.gpus
                                 for m in (g.model.name,) + g.model.aliases)
         self.last = None
@@ -109,8 +116,16 @@ class HostEntry:
 
     def changed(self):
         self.version += 1
-        self.cache.clear()
-        self.rp_sets.clear()
+        self.state_key = None
+
+    def key(self):
+        if self.state_key is None:
+            host = self.host
+            self.state_key = (self.topology_key,
+                              tuple([g.fit_key() for g in host.gpus]),
+                              host.cpu_milli, host.cpu_used,
+                              host.memory_mib, host.memory_used)
+        return self.state_key
 
 
 class Request:
@@ -151,6 +166,7 @@ class GpuView:
         self.clock = clock
         self.engine_weights = engine_weights
         self._hosts = {}
+        self._rankings = {}
         self._tokens = {}
         self._token_ids = itertools.count()
         self._lock = threading.RLock()
@@ -212,7 +228,7 @@ class GpuView:
             entry.uuids = {uuid: entry.providers[name]
                            for name, uuid in found.items()
                            if name in entry.providers}
-            entry.changed()
+            entry.rp_sets.clear()
 
     def set_provider_uuids(self, nodename, uuids_by_name):
         """Record provider UUIDs learnt elsewhere (tests, tools)."""
@@ -221,7 +237,7 @@ class GpuView:
             entry.uuids = {uuid: entry.providers[name]
                            for name, uuid in uuids_by_name.items()
                            if name in entry.providers}
-            entry.changed()
+            entry.rp_sets.clear()
 
     # -- demand -------------------------------------------------------------
 
@@ -288,18 +304,18 @@ class GpuView:
         if entry.pending and entry.pending[0][0] <= self.clock():
             with self._lock:
                 self._expire(entry)
-        key = (self.token(spec) if token is None else token,
+        key = (entry.key(), self.token(spec) if token is None else token,
                self.demand_version, cells)
-        found = entry.cache.get(key)
+        found = self._rankings.get(key)
         if found is not None:
             return found
         with self._lock:
             if cells:
                 _set_cells(entry.host, cells)
             found = self._rank(entry, spec)
-            if len(entry.cache) >= MEMO_PER_HOST:
-                entry.cache.clear()
-            entry.cache[key] = found
+            if len(self._rankings) >= MAX_RANKINGS:
+                self._rankings.clear()
+            self._rankings[key] = found
         return found
 
     def _rank(self, entry, spec):
@@ -416,6 +432,12 @@ class GpuView:
 
     def claim(self, entry, placement):
         """Count ``placement`` until the host's next report or the TTL."""
+        # Rankings are shared by hosts in the same state: the placement
+        # may name another of them.
+        placement = host_mod.Placement(entry.host.name, placement.slots,
+                                       placement.numa_node,
+                                       placement.cpu_milli,
+                                       placement.memory_mib)
         with self._lock:
             try:
                 entry.host.allocate(placement)

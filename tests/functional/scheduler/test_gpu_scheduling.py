@@ -158,3 +158,38 @@ class StockPlacementTest(_Base):
         # Nova's RAM/CPU/disk weighers spread: away from the busy host.
         self.assertNotEqual('a100', self.host_of(server))
         self.assertNotEqual([used], self.gpu_providers_of(server))
+
+
+class DedicatedCpuTest(cloud.GpuCloudTestCase):
+    """Pinned CPUs: GPUs on the NUMA node that can also hold the guest."""
+
+    HOSTS = (HOSTS[1],)  # h100: GPUs 0,2 on node 0; 1,3 on node 1
+    # Fake hosts have 8 CPUs, 0-3 on node 0 and 4-7 on node 1.
+    NOVA_CONF = dict(cloud.PLUGIN_CONF, compute={
+        'cpu_dedicated_set': '0-1,4-5', 'cpu_shared_set': '2-3,6-7'})
+
+    def fill_node0_cpus(self):
+        pinned = self._create_flavor(vcpu=2, extra_spec={
+            'hw:cpu_policy': 'dedicated'})
+        self.boot(pinned, host='h100')
+
+    def test_prefers_gpu_next_to_free_pinned_cpus(self):
+        self.fill_node0_cpus()
+        flavor = self.create_gpu_flavor(
+            {'gpu:model': 'H100-80GB', 'hw:cpu_policy': 'dedicated'},
+            vcpu=2)
+        server = self.boot(flavor)
+        (provider,) = self.gpu_providers_of(server)
+        # Node 0's pinned CPUs are taken: a GPU of node 1.
+        self.assertIn(self.gpu_index(provider), (1, 3))
+
+    def test_numa_topology_is_strict(self):
+        self.fill_node0_cpus()
+        flavor = self.create_gpu_flavor(
+            {'gpu:model': 'H100-80GB', 'gpu:count': '2',
+             'gpu:topology': 'numa', 'hw:cpu_policy': 'dedicated'},
+            vcpu=2)
+        server = self.boot(flavor)
+        pair = {self.gpu_index(p) for p in self.gpu_providers_of(server)}
+        # {0, 2} is a NUMA pair too, but node 0 cannot hold the CPUs.
+        self.assertEqual({1, 3}, pair)
