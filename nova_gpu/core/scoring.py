@@ -15,7 +15,11 @@ The cost of a placement (lower is better) has three parts:
    free CPU and memory can feed, at the demand's mean CPU and memory per
    GPU (``StrandModel``). Without it, CPU-heavy work fills hosts whose
    GPUs then stay idle.
-3. ``tight`` per free milli of the GPU chosen before the placement:
+3. ``reserve`` steps per GPU taken, times the GPU model's *reserve*:
+   the share of typical demand that can only run on a few models, spread
+   over those models (``ModelReserve``). Work that could run anywhere
+   then leaves those models to the requests that need them.
+4. ``tight`` per free milli of the GPU chosen before the placement:
    among equal choices, the tightest GPU (best fit).
 
 ``placement_cost`` is plain arithmetic (``//``, ``abs``), so it takes
@@ -32,9 +36,10 @@ from nova_gpu.core import host as host_mod
 
 @dataclasses.dataclass(frozen=True)
 class CostWeights:
-    quantum: float = 0.08  # GPUs of fragmentation per cost step
-    strand: float = 1.0  # cost steps per stranded GPU
+    quantum: float = 0.1  # GPUs of fragmentation per cost step
+    strand: float = 3.0  # cost steps per stranded GPU
     tight: float = 1e-6  # cost steps per free milli on the chosen GPU
+    reserve: float = 3.0  # cost steps per GPU of a fully reserved model
 
 
 DEFAULT_WEIGHTS = CostWeights()
@@ -74,15 +79,49 @@ class StrandModel:
         return (worst + abs(worst)) / 2
 
 
+class ModelReserve:
+    """How much a GPU model is needed by requests that only it can serve.
+
+    Each typical request restricted to a set of models spreads its GPU
+    demand evenly over the models of that set in the cluster. A model's
+    reserve is the restricted demand it receives as a share of all GPU
+    demand, divided by its share of the cluster's GPUs: about 1 when the
+    restricted requests alone would fill it, near 0 when it is plentiful.
+    """
+
+    def __init__(self, restricted, capacity):
+        """``restricted``: (models or None, weight x GPU milli) per typical
+        request; ``capacity``: {model name: GPUs in the cluster}.
+        """
+        total = sum(w for _m, w in restricted)
+        gpus = sum(capacity.values())
+        self.values = dict.fromkeys(capacity, 0.0)
+        if not total or not gpus:
+            return
+        for models, weight in restricted:
+            if models is None:
+                continue
+            here = [m for m in capacity if m in models]
+            for name in here:
+                self.values[name] += weight / len(here) / total
+        for name, count in capacity.items():
+            self.values[name] = (self.values[name] / (count / gpus)
+                                 if count else 0.0)
+
+    def of(self, model_name):
+        return self.values.get(model_name, 0.0)
+
+
 def placement_cost(weights, strand_model, frag_delta, gpu_free_before,
                    gpu_free_after, cpu_before, cpu_after, mem_before,
-                   mem_after, unit_free=0):
+                   mem_after, unit_free=0, reserve=0.0):
     """Cost of one placement on one host; lower is better.
 
     ``frag_delta``: growth of the host's expected fragmentation (milli);
     GPU free capacity (milli), CPU (milli) and memory (MiB) free on the
     host before and after; ``unit_free``: free milli of the GPU a share
-    goes to, before it does.
+    goes to, before it does; ``reserve``: the ``ModelReserve`` of the
+    host's GPU model.
     """
     # The nudge keeps deltas computed in different orders (incrementally in
     # the simulator, by difference here) on the same side of a step.
@@ -92,12 +131,18 @@ def placement_cost(weights, strand_model, frag_delta, gpu_free_before,
             strand_model.stranded(gpu_free_after, cpu_after, mem_after)
             - strand_model.stranded(gpu_free_before, cpu_before,
                                     mem_before))
+    if weights.reserve:
+        cost = cost + weights.reserve * reserve * (
+            gpu_free_before - gpu_free_after) / host_mod.MILLI
     return cost + weights.tight * unit_free
 
 
 def host_placement_cost(host, placement, demand, strand_model,
-                        weights=DEFAULT_WEIGHTS):
-    """``placement_cost`` of ``placement`` on ``host`` (a core Host)."""
+                        weights=DEFAULT_WEIGHTS, reserve=None):
+    """``placement_cost`` of ``placement`` on ``host`` (a core Host).
+
+    ``reserve`` is a ``ModelReserve`` (None: no model is reserved).
+    """
     before = fragmentation.host_fragmentation(host, demand)
     gpu_before = sum(g.free_milli for g in host.gpus)
     cpu_before, mem_before = host.cpu_free, host.memory_free
@@ -112,6 +157,9 @@ def host_placement_cost(host, placement, demand, strand_model,
         cpu_after, mem_after = host.cpu_free, host.memory_free
     finally:
         host.free(placement)
+    model_reserve = 0.0
+    if reserve is not None and host.gpus:
+        model_reserve = reserve.of(host.gpus[0].model.name)
     return placement_cost(weights, strand_model, after - before, gpu_before,
                           gpu_after, cpu_before, cpu_after, mem_before,
-                          mem_after, unit_free)
+                          mem_after, unit_free, model_reserve)

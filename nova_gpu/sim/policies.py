@@ -196,6 +196,12 @@ class OursPolicy(Policy):
         self.strand = scoring.StrandModel.from_typical(
             [(t.cpu, t.memory, t.num_gpu * t.milli, t.weight)
              for t in typical_mem])
+        capacity = {m: int(cluster.ngpu[cluster.model == i].sum())
+                    for i, m in enumerate(cluster.model_names)}
+        reserve = scoring.ModelReserve(
+            [(t.spec, t.weight * t.num_gpu * t.milli)
+             for t in typical_fgd if t.milli], capacity)
+        self.reserve = np.array([reserve.of(m) for m in cluster.model_names])
 
     def choose(self, cluster, task, mask, rng):
         nodes = np.flatnonzero(mask)
@@ -207,7 +213,8 @@ class OursPolicy(Policy):
         cost = scoring.placement_cost(
             self.weights, self.strand, delta, cluster.left[node].sum(1),
             total, cluster.cpu[node], cluster.cpu[node] - cpu,
-            cluster.mem[node], cluster.mem[node] - mem, unit_free)
+            cluster.mem[node], cluster.mem[node] - mem, unit_free,
+            self.reserve[cluster.model[node]])
         # Equal costs: the first node, then GPU, in index order.
         best = int(np.argmin(cost))
         chosen = int(node[best])

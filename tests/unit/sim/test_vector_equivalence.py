@@ -157,7 +157,13 @@ class CostEquivalenceTest(testtools.TestCase):
             vector = scoring.placement_cost(
                 weights, policy.strand, delta, cluster.left[node].sum(1),
                 total, cluster.cpu[node], cluster.cpu[node] - task[0],
-                cluster.mem[node], cluster.mem[node] - task[1], unit_free)
+                cluster.mem[node], cluster.mem[node] - task[1], unit_free,
+                policy.reserve[cluster.model[node]])
+            reserve = scoring.ModelReserve(
+                [(t.spec, t.weight * t.num_gpu * t.milli)
+                 for t in typical if t.milli],
+                {m: int(cluster.ngpu[cluster.model == i].sum())
+                 for i, m in enumerate(cluster.model_names)})
             for k, n in enumerate(node):
                 host = hosts[n]
                 if share:
@@ -172,6 +178,6 @@ class CostEquivalenceTest(testtools.TestCase):
                 placement = host_mod.Placement(host.name, slots, None,
                                                task[0], task[1])
                 scalar = scoring.host_placement_cost(
-                    host, placement, core, policy.strand, weights)
+                    host, placement, core, policy.strand, weights, reserve)
                 self.assertAlmostEqual(scalar, vector[k], places=6,
                                        msg='trial %d node %d' % (trial, n))
