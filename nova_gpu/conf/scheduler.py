@@ -49,6 +49,11 @@ opts = [
     cfg.IntOpt('demand_window', default=1000, min=1,
                help='How many recent GPU requests form the demand '
                     'distribution the fragmentation measure uses.'),
+    cfg.IntOpt('demand_refresh_interval', default=300, min=1,
+               help='Seconds between rebuilds of the demand distribution '
+                    'from the recent requests. Every rebuild makes the '
+                    'next request score each host state afresh, so keep it '
+                    'in minutes on large clouds.'),
     cfg.MultiStrOpt('typical_requests', default=[],
                     help='Typical GPU requests, one per line, each written '
                          'as extra specs separated by ";", e.g. '

@@ -42,9 +42,6 @@ from nova_gpu.scheduler import flavor
 CONF = cfg.CONF
 LOG = logging.getLogger(__name__)
 
-# How often (in requests seen) the demand distribution is rebuilt; between
-# rebuilds every memoised ranking stays valid.
-DEMAND_REBUILD_EVERY = 50
 # Rankings memoised, shared by hosts in the same state; at most this many.
 MAX_RANKINGS = 50000
 # A whole GPU is always part of the demand, at this share: an empty GPU is
@@ -172,7 +169,8 @@ class GpuView:
         self._lock = threading.RLock()
         self._recent = collections.deque()
         self._counts = collections.Counter()
-        self._since_rebuild = 0
+        self._rebuilt = self.clock()
+        self._demand_seen = False
         self._typical = _typical_requests(self.catalog)
         self.engine = engine_mod.PlacementEngine(self._demand(),
                                                  engine_weights)
@@ -255,13 +253,13 @@ class GpuView:
                 self._counts[old] -= 1
                 if not self._counts[old]:
                     del self._counts[old]
-            self._since_rebuild += 1
-            if (self._since_rebuild >= DEMAND_REBUILD_EVERY
-                    or self._counts[req] == 1):
+            if (not self._demand_seen or self.clock() - self._rebuilt
+                    >= CONF.gpu_scheduler.demand_refresh_interval):
                 self._rebuild_demand()
 
     def _rebuild_demand(self):
-        self._since_rebuild = 0
+        self._rebuilt = self.clock()
+        self._demand_seen = bool(self._counts)
         self.engine = engine_mod.PlacementEngine(self._demand(),
                                                  self.engine_weights)
         self.demand_version += 1

@@ -152,5 +152,11 @@ class ViewTest(base.TestCase):
         before = self.view.demand_version
         self.view.note_request(STOCK)
         self.assertEqual(before + 1, self.view.demand_version)
-        self.view.note_request(STOCK)
+        # Between refreshes the demand (and every memoised ranking) stays.
+        self.view.note_request(spec(gpu__profile='A100-10C',
+                                    resources__VGPU='1'))
         self.assertEqual(before + 1, self.view.demand_version)
+        self.now += self.conf.gpu_scheduler.demand_refresh_interval
+        self.view.note_request(STOCK)
+        self.assertEqual(before + 2, self.view.demand_version)
+        self.assertEqual(3, sum(self.view._counts.values()))
