@@ -26,10 +26,12 @@ EVENT_TYPE = 'gpu.host.report'
 
 class ReportPublisher:
     def __init__(self, conf, topic, outbox_dir, outbox_max=100, url=None,
-                 publisher_id='nova-gpu-agent', retry=1):
+                 publisher_id='nova-gpu-agent', retry=1, exchange=None):
         self.transport = oslo_messaging.get_notification_transport(
             conf, url=url)
-        self.target = oslo_messaging.Target(topic='%s.info' % topic)
+        # exchange None: the transport's control_exchange
+        self.target = oslo_messaging.Target(topic='%s.info' % topic,
+                                            exchange=exchange)
         self.outbox_dir = outbox_dir
         self.outbox_max = outbox_max
         self.publisher_id = publisher_id

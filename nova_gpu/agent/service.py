@@ -43,7 +43,8 @@ def main(argv=None):
     agent = agent_mod.Agent(conf)
     publisher = publisher_mod.ReportPublisher(
         conf, opts.report_topic, opts.outbox_dir, opts.outbox_max,
-        publisher_id='nova-gpu-agent.%s' % agent.host)
+        publisher_id='nova-gpu-agent.%s' % agent.host,
+        exchange=opts.report_exchange)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())

@@ -53,6 +53,10 @@ opts = [
     cfg.StrOpt('report_topic', default='nova_gpu_reports',
                help='oslo.messaging notification topic of host GPU '
                     'reports.'),
+    cfg.StrOpt('report_exchange', default='nova',
+               help='Exchange of the report notifications. nova-scheduler '
+                    '(where the nova-gpu scheduler plugin listens) uses '
+                    'Nova\'s control exchange, "nova".'),
     cfg.StrOpt('outbox_dir', default='/var/lib/nova-gpu/outbox',
                help='Reports that could not be sent (broker down) are '
                     'kept here and sent again, oldest first.'),

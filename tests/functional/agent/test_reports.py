@@ -31,7 +31,6 @@ class TestBrokerRestart(testtools.TestCase):
         self.rabbit = self.useFixture(rabbit.PrivateRabbit())
         self.conf = cfg.ConfigOpts()
         self.conf([], project='nova-gpu-test')
-        oslo_messaging.set_transport_defaults('nova_gpu')
         transport = oslo_messaging.get_notification_transport(
             self.conf, url=self.rabbit.url)
         # durable queues: what the broker took survives its restart

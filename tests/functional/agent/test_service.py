@@ -54,7 +54,9 @@ class TestService(test_mdev.MdevTestCase):
         transport = oslo_messaging.get_notification_transport(conf, url=url)
         reports = Reports()
         listener = oslo_messaging.get_notification_listener(
-            transport, [oslo_messaging.Target(topic=topic)], [reports],
+            # what nova-scheduler listens on: Nova's exchange
+            transport, [oslo_messaging.Target(topic=topic, exchange='nova')],
+            [reports],
             executor='threading')
         listener.start()
         self.addCleanup(listener.wait)
