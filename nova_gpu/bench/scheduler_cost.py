@@ -10,9 +10,12 @@ same request with PCI passthrough: ``PciPassthroughFilter`` +
 
 "cold" is the first request after every host changed (the view scores each
 host); "warm" is a request whose hosts are unchanged since the last one
-(memoised). Each host carries 8 Placement allocation candidates for our
-side (4 of its 8 GPU providers each) and one (the compute node) for the
-in-tree side, whose PCI devices are not in Placement.
+(memoised). Hosts already use 0 to 4 GPUs, in varied places, so that their
+states differ (rankings are shared by hosts in the same state). Each host
+carries up to 8 Placement allocation candidates for our side (4 of its free
+GPU providers each) and one (the compute node) for the in-tree side, whose
+PCI devices are not in Placement. The floor row is Nova's handlers with its
+cheapest filter and weigher, for scale.
 
 Run: ``python -m nova_gpu.bench.scheduler_cost [hosts ...]``.
 """
@@ -63,7 +66,12 @@ def _host_state(host_manager, objects, name, topology):
     return state
 
 
-def _gpu_report(report_mod, name):
+def _used(i):
+    """GPUs already taken on host ``i``: 0 to 4, in varied places."""
+    return sorted({(i // 5 + k * 3) % GPUS for k in range(i % 5)})
+
+
+def _gpu_report(report_mod, name, used=()):
     return {
         'version': report_mod.VERSION, 'host': name, 'nodename': name,
         'generation': 1, 'cpu_milli': 2 * CPUS_PER_CELL * 1000,
@@ -76,7 +84,8 @@ def _gpu_report(report_mod, name):
                   'nvlink_peers': [p for p in range(GPUS) if p != i],
                   'mig_enabled': False, 'vgpu_types': None,
                   'provider': '%s_pci_0000_%02x_00_0' % (name, 0x18 + i),
-                  'devices': []} for i in range(GPUS)]}
+                  'devices': [{'kind': 'whole'}] if i in used else []}
+                 for i in range(GPUS)]}
 
 
 def _ours(n, objects, host_manager, view_mod, report_mod):
@@ -85,7 +94,7 @@ def _ours(n, objects, host_manager, view_mod, report_mod):
     base = tracemalloc.take_snapshot()
     for i in range(n):
         name = 'gpu%05d' % i
-        view.ingest(_gpu_report(report_mod, name))
+        view.ingest(_gpu_report(report_mod, name, _used(i)))
         view.set_provider_uuids(name, {
             '%s_pci_0000_%02x_00_0' % (name, 0x18 + g): '%s-rp%d' % (name, g)
             for g in range(GPUS)})
@@ -93,13 +102,15 @@ def _ours(n, objects, host_manager, view_mod, report_mod):
                tracemalloc.take_snapshot().compare_to(base, 'filename'))
     tracemalloc.stop()
     topology = _numa_topology(objects)
-    combos = list(itertools.combinations(range(GPUS), 4))
-    # Placement lists candidates in no GPU-aware order: spread them out.
-    picks = [combos[(k * 17) % len(combos)]
-             for k in range(CANDIDATES_PER_HOST)]
     states = []
     for i in range(n):
         name = 'gpu%05d' % i
+        free = [g for g in range(GPUS) if g not in _used(i)]
+        combos = list(itertools.combinations(free, 4))
+        # Placement offers free GPUs only, in no GPU-aware order.
+        picks = list(dict.fromkeys(
+            combos[(k * 17) % len(combos)]
+            for k in range(CANDIDATES_PER_HOST)))
         state = _host_state(host_manager, objects, name, topology)
         state.allocation_candidates = [
             {'allocations': {'%s-rp%d' % (name, g): {'resources': {'PGPU': 1}}
@@ -126,7 +137,8 @@ def _in_tree(n, objects, host_manager, stats, whitelist):
         topology = _numa_topology(objects)
         state = _host_state(host_manager, objects, name, topology)
         pci = stats.PciDeviceStats(topology, dev_filter=dev_filter)
-        for g in range(GPUS):
+        # The same GPUs as our side's host i are taken: pools hold the rest.
+        for g in (g for g in range(GPUS) if g not in _used(i)):
             pci.add_device(objects.PciDevice.create(None, {
                 'compute_node_id': i, 'address': '0000:%02x:00.0' % (0x18 + g),
                 'vendor_id': VENDOR, 'product_id': PRODUCT,
@@ -191,10 +203,12 @@ def run(sizes=(1000, 10000), out=sys.stdout):
     from nova import objects
     from nova.pci import stats
     from nova.pci import whitelist
+    from nova.scheduler.filters import all_hosts_filter
     from nova.scheduler.filters import numa_topology_filter
     from nova.scheduler.filters import pci_passthrough_filter
     from nova.scheduler import host_manager
     from nova.scheduler.weights import pci as pci_weigher
+    from nova.scheduler.weights import ram
 
     from nova_gpu import conf  # noqa: F401
     from nova_gpu.core import report as report_mod
@@ -216,6 +230,10 @@ def run(sizes=(1000, 10000), out=sys.stdout):
         warm, _ = _time(ours_f, ours_w, states, spec, 3)
         rows.append(('nova-gpu GpuFilter + 2 weighers', n, passed,
                      cold[0] / n * 1e6, min(warm) / n * 1e6, view_bytes))
+        floor, _ = _time([all_hosts_filter.AllHostsFilter()],
+                         [ram.RAMWeigher()], states, spec, 3)
+        rows.append(('(Nova floor: AllHostsFilter + RAMWeigher)', n, n,
+                     floor[0] / n * 1e6, min(floor) / n * 1e6, None))
         del view, states
         pstates, pflavor = _in_tree(n, objects, host_manager, stats,
                                     whitelist)
