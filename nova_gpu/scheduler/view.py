@@ -42,6 +42,8 @@ from nova_gpu.scheduler import flavor
 CONF = cfg.CONF
 LOG = logging.getLogger(__name__)
 
+# Distinct observed requests the demand keeps (the most frequent).
+DEMAND_ITEMS = 16
 # Rankings memoised, shared by hosts in the same state; at most this many.
 MAX_RANKINGS = 50000
 # A whole GPU is always part of the demand, at this share: an empty GPU is
@@ -192,14 +194,17 @@ class GpuView:
                 LOG.debug('Ignoring GPU report %d of %s: have %d',
                           entry.generation, nodename, old.generation)
                 return old
+            known = False
             if old is not None:
                 # Same providers keep their UUIDs; the report supersedes
                 # every claim counted so far.
-                entry.uuids = {u: i for u, i in old.uuids.items()
-                               if i < len(host.gpus)}
                 entry.version = old.version + 1
+                if old.providers == providers:
+                    entry.uuids = old.uuids
+                    known = len(old.uuids) == len(providers)
             self._hosts[nodename] = entry
-        self.resolve(entry)
+        if not known:
+            self.resolve(entry)
         return entry
 
     def remove(self, nodename):
@@ -265,8 +270,9 @@ class GpuView:
         self.demand_version += 1
 
     def _demand(self):
+        # The most frequent requests: each one more costs every scoring.
         items = [fragmentation.DemandItem(req, n)
-                 for req, n in self._counts.items()]
+                 for req, n in self._counts.most_common(DEMAND_ITEMS)]
         seen = sum(self._counts.values()) or 1
         for req in self._typical:
             items.append(fragmentation.DemandItem(

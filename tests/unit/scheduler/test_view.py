@@ -129,6 +129,11 @@ class ViewTest(base.TestCase):
         self.assertEqual(['h9'], calls)
         self.assertEqual({'uuid-' + base.provider('h9', 0): 0,
                           'uuid-' + base.provider('h9', 1): 1}, entry.uuids)
+        # A newer report of the same providers needs no Placement call.
+        entry = self.view.ingest(base.gpu_report('h9', 'L4', count=2,
+                                                 generation=2))
+        self.assertEqual(['h9'], calls)
+        self.assertEqual(2, len(entry.uuids))
 
     def test_listener_endpoint_feeds_the_view(self):
         endpoint = listener.ReportEndpoint(self.view)
