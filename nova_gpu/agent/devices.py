@@ -143,6 +143,10 @@ class DeviceManager:
                        'mdev %s to go away' % uuid)
         if known['persistent']:
             lv.undefine_device(known['name'])
+        # libvirtd drops the device when udev reports it gone; return only
+        # then, so that the next look at libvirt agrees with sysfs.
+        self._wait(lambda: uuid not in lv.mdevs(),
+                   'libvirt to forget mdev %s' % uuid)
         LOG.info('removed mdev %s', uuid)
 
     # -- NVIDIA vendor VFIO vGPU on SR-IOV VFs ----------------------------

@@ -112,19 +112,31 @@ class LibvirtHost:
             result = {}
             for dev in conn.listAllDevices(
                     libvirt.VIR_CONNECT_LIST_NODE_DEVICES_CAP_MDEV):
-                info = xmlbuild.nodedev_info(dev.XMLDesc(0))
-                info['active'] = bool(dev.isActive())
-                info['persistent'] = bool(dev.isPersistent())
-                info['autostart'] = bool(dev.autostart())
+                try:
+                    info = xmlbuild.nodedev_info(dev.XMLDesc(0))
+                    info['active'] = bool(dev.isActive())
+                    info['persistent'] = bool(dev.isPersistent())
+                    info['autostart'] = bool(dev.autostart())
+                except libvirt.libvirtError as e:
+                    # gone between listing and asking: not there any more
+                    if e.get_error_code() == libvirt.VIR_ERR_NO_NODE_DEVICE:
+                        continue
+                    raise
                 result[info['uuid']] = info
             return result
         return self.call('listing mdevs', list_)
 
     def pci_devices(self):
         def list_(conn):
-            return [xmlbuild.nodedev_info(d.XMLDesc(0)) for d in
-                    conn.listAllDevices(
-                        libvirt.VIR_CONNECT_LIST_NODE_DEVICES_CAP_PCI_DEV)]
+            result = []
+            for d in conn.listAllDevices(
+                    libvirt.VIR_CONNECT_LIST_NODE_DEVICES_CAP_PCI_DEV):
+                try:
+                    result.append(xmlbuild.nodedev_info(d.XMLDesc(0)))
+                except libvirt.libvirtError as e:
+                    if e.get_error_code() != libvirt.VIR_ERR_NO_NODE_DEVICE:
+                        raise
+            return result
         return self.call('listing PCI devices', list_)
 
     def define_mdev(self, parent_address, type_id, uuid):
@@ -205,10 +217,15 @@ class LibvirtHost:
         def scan(conn):
             refs = {}
             for dom in conn.listAllDomains(0):
-                docs = [dom.XMLDesc(0)]
-                if dom.isActive() and dom.isPersistent():
-                    docs.append(dom.XMLDesc(
-                        libvirt.VIR_DOMAIN_XML_INACTIVE))
+                try:
+                    docs = [dom.XMLDesc(0)]
+                    if dom.isActive() and dom.isPersistent():
+                        docs.append(dom.XMLDesc(
+                            libvirt.VIR_DOMAIN_XML_INACTIVE))
+                except libvirt.libvirtError as e:
+                    if e.get_error_code() == libvirt.VIR_ERR_NO_DOMAIN:
+                        continue  # undefined meanwhile
+                    raise
                 for doc in docs:
                     uuids, addrs = xmlbuild.hostdev_refs(doc)
                     for key in uuids | addrs:
