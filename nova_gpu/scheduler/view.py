@@ -117,13 +117,14 @@ class HostEntry:
         self.version += 1
         self.state_key = None
 
-    def key(self):
+    def key(self, intern):
+        """A small int naming this host's state (``intern`` assigns it)."""
         if self.state_key is None:
             host = self.host
-            self.state_key = (self.topology_key,
-                              tuple([g.fit_key() for g in host.gpus]),
-                              host.cpu_milli, host.cpu_used,
-                              host.memory_mib, host.memory_used)
+            self.state_key = intern((
+                self.topology_key, tuple([g.fit_key() for g in host.gpus]),
+                host.cpu_milli, host.cpu_used, host.memory_mib,
+                host.memory_used))
         return self.state_key
 
 
@@ -166,6 +167,7 @@ class GpuView:
         self.engine_weights = engine_weights
         self._hosts = {}
         self._rankings = {}
+        self._states = {}
         self._tokens = {}
         self._token_ids = itertools.count()
         self._lock = threading.RLock()
@@ -295,6 +297,13 @@ class GpuView:
                 token = self._tokens[spec.key] = next(self._token_ids)
         return token
 
+    def _intern_state(self, state):
+        with self._lock:
+            if len(self._states) > MAX_RANKINGS:
+                # Entries keep their numbers; only new states get new ones.
+                self._states.clear()
+            return self._states.setdefault(state, next(self._token_ids))
+
     def request(self, spec_obj, spec):
         """Per-pass state shared by every host of one filter run."""
         return Request(spec_obj, spec, self.token(spec))
@@ -308,7 +317,8 @@ class GpuView:
         if entry.pending and entry.pending[0][0] <= self.clock():
             with self._lock:
                 self._expire(entry)
-        key = (entry.key(), self.token(spec) if token is None else token,
+        key = (entry.key(self._intern_state),
+               self.token(spec) if token is None else token,
                self.demand_version, cells)
         found = self._rankings.get(key)
         if found is not None:

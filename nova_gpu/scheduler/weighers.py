@@ -32,6 +32,7 @@ class _GpuWeigher(weights.BaseHostWeigher):
 
     def __init__(self, view=None):
         self._view = view
+        self._multiplier = getattr(CONF.gpu_scheduler, self.option)
 
     @property
     def view(self):
@@ -40,9 +41,10 @@ class _GpuWeigher(weights.BaseHostWeigher):
         return self._view
 
     def weight_multiplier(self, host_state):
+        if not host_state.aggregates:
+            return self._multiplier
         return utils.get_weight_multiplier(
-            host_state, 'gpu_' + self.option,
-            getattr(CONF.gpu_scheduler, self.option))
+            host_state, 'gpu_' + self.option, self._multiplier)
 
     def _weigh_object(self, host_state, weight_properties):
         ranked = self.view.decision(host_state.nodename, weight_properties)
