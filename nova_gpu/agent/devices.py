@@ -39,7 +39,7 @@ class DeviceManager:
             raise errors.Unavailable('no libvirt connection configured')
         return self.libvirt
 
-    def _wait(self, predicate, what):
+    def wait_for(self, predicate, what):
         deadline = time.monotonic() + self.timeout
         while not predicate():
             if time.monotonic() > deadline:
@@ -112,10 +112,10 @@ class DeviceManager:
     def _wait_up(self, uuid):
         # sysfs is the truth; libvirt learns of the device from udev a
         # moment later, and only then can it stop it again.
-        self._wait(lambda: self.sysfs.mdev_active(uuid),
-                   'mdev %s to appear' % uuid)
-        self._wait(lambda: self._libvirt_active(uuid),
-                   'libvirt to see mdev %s active' % uuid)
+        self.wait_for(lambda: self.sysfs.mdev_active(uuid),
+                      'mdev %s to appear' % uuid)
+        self.wait_for(lambda: self._libvirt_active(uuid),
+                      'libvirt to see mdev %s active' % uuid)
 
     def _libvirt_active(self, uuid):
         info = self.libvirt.mdevs().get(uuid)
@@ -136,17 +136,17 @@ class DeviceManager:
             raise errors.AgentError('mdev %s is active but libvirt does not '
                                     'know it; cannot remove it' % uuid)
         if self.sysfs.mdev_active(uuid):
-            self._wait(lambda: self._libvirt_active(uuid),
-                       'libvirt to see mdev %s active' % uuid)
+            self.wait_for(lambda: self._libvirt_active(uuid),
+                          'libvirt to see mdev %s active' % uuid)
             lv.stop_device(known['name'])
-            self._wait(lambda: not self.sysfs.mdev_active(uuid),
-                       'mdev %s to go away' % uuid)
+            self.wait_for(lambda: not self.sysfs.mdev_active(uuid),
+                          'mdev %s to go away' % uuid)
         if known['persistent']:
             lv.undefine_device(known['name'])
         # libvirtd drops the device when udev reports it gone; return only
         # then, so that the next look at libvirt agrees with sysfs.
-        self._wait(lambda: uuid not in lv.mdevs(),
-                   'libvirt to forget mdev %s' % uuid)
+        self.wait_for(lambda: uuid not in lv.mdevs(),
+                      'libvirt to forget mdev %s' % uuid)
         LOG.info('removed mdev %s', uuid)
 
     # -- NVIDIA vendor VFIO vGPU on SR-IOV VFs ----------------------------

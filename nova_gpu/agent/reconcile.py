@@ -94,4 +94,11 @@ class Reconciler:
         if mdev is None:
             raise errors.NotFound('mdev %s is referenced but neither libvirt '
                                   'nor sysfs has it' % uuid)
-        self.manager.libvirt.define_mdev(mdev.parent, mdev.type_id, uuid)
+        lv = self.manager.libvirt
+        name = lv.define_mdev(mdev.parent, mdev.type_id, uuid)
+        # already active: this only sets autostart (mdevctl starts it at
+        # boot), once libvirt's list shows the new definition
+        lv.start_device(name, autostart=True)
+        self.manager.wait_for(
+            lambda: (lv.mdevs().get(uuid) or {}).get('persistent'),
+            'libvirt to list mdev %s as persistent' % uuid)

@@ -179,7 +179,7 @@ class TestReconcile(MdevTestCase):
                             'nvidia-223', 'create')
         with open(path, 'w') as f:
             f.write(uuid)
-        self.manager._wait(lambda: self.sysfs.mdev_active(uuid), 'mdev')
+        self.manager.wait_for(lambda: self.sysfs.mdev_active(uuid), 'mdev')
         self.define_domain('guest', mdevs=[uuid])
         r = self.reconciler().run()
         self.assertEqual([uuid], r.adopted)
