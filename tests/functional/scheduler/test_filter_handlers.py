@@ -1,18 +1,13 @@
 """GpuFilter and the weighers on real Nova HostState and RequestSpec."""
 
 import logging
-import unittest
 
 import fixtures
+from nova import objects
+from nova.scheduler import filters as nova_filters
+from nova.scheduler import host_manager
+from nova.scheduler import weights as nova_weights
 from oslo_utils.fixture import uuidsentinel as uuids
-
-try:
-    from nova import objects
-    from nova.scheduler import filters as nova_filters
-    from nova.scheduler import host_manager
-    from nova.scheduler import weights as nova_weights
-except ImportError:  # the py3 env has no Nova; functional has
-    objects = None
 
 from tests.unit.scheduler import base
 
@@ -22,7 +17,6 @@ def candidate(*rps):
             'mappings': {'': list(rps)}}
 
 
-@unittest.skipIf(objects is None, 'nova is not installed')
 class FilterTest(base.TestCase):
 
     def setUp(self):
