@@ -114,7 +114,7 @@ def run_all(nodes_path, tasks_path, policies, seeds, tune, jobs=1,
 def summarise(by_policy, workload, expected, seeds, out=sys.stdout):
     """Print means at 100% and 130% arrived beside published ones."""
     header = ['policy', 'runs', 'ours@100', 'pub@100', 'ours@130',
-              'pub@130', 'failed', 's/run']
+              'pub@130', 'failed', 'CPU s/run']
     rows = []
     for name, results in by_policy.items():
         curve = report.mean_curve([r.curve() for r in results])
@@ -123,7 +123,7 @@ def summarise(by_policy, workload, expected, seeds, out=sys.stdout):
                      pub.get(100, '-'), curve.get(130, '-'),
                      pub.get(130, '-'),
                      round(sum(r.failed for r in results) / len(results)),
-                     '%.1f' % (sum(r.seconds for r in results)
+                     '%.1f' % (sum(r.cpu_seconds for r in results)
                                / len(results))])
     print(report.text_table(header, rows), file=out)
     return header, rows
