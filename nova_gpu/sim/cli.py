@@ -70,6 +70,11 @@ def build_parser():
                    '-<policy>-<seed> is added before the extension')
     p.add_argument('--out-dir', help='write a markdown table and a PNG '
                    'plot of the mean curves here')
+    p.add_argument('--audit', metavar='FILE',
+                   help='check a placements CSV written by --placements-out '
+                   'against --nodes/--tasks (or --workload): no GPU, CPU '
+                   'or memory over-committed, gpu_spec kept, no needless '
+                   'failure; prints the problems and exits 1 if any')
     p.add_argument('--jobs', type=int, default=min(2, os.cpu_count() or 1),
                    help='parallel runs (default %(default)s)')
     return p
@@ -111,8 +116,9 @@ def run_all(nodes_path, tasks_path, policies, seeds, tune, jobs=1,
     return out
 
 
-def summarise(by_policy, workload, expected, seeds, out=sys.stdout):
+def summarise(by_policy, workload, expected, seeds, out=None):
     """Print means at 100% and 130% arrived beside published ones."""
+    out = out or sys.stdout
     header = ['policy', 'runs', 'ours@100', 'pub@100', 'ours@130',
               'pub@130', 'failed', 'CPU s/run']
     rows = []
@@ -129,6 +135,22 @@ def summarise(by_policy, workload, expected, seeds, out=sys.stdout):
     return header, rows
 
 
+def audit(nodes_path, tasks_path, placements):
+    try:
+        nodes = trace_mod.load_nodes(nodes_path)
+        tasks = trace_mod.load_tasks(tasks_path)
+        problems = replay_mod.audit(nodes, replay_mod.task_index(tasks),
+                                    placements)
+    except (exceptions.GpuError, OSError, KeyError) as e:
+        print('nova-gpu-sim: error: %s' % e, file=sys.stderr)
+        return 2
+    for problem in problems:
+        print(problem)
+    print('%s: %s' % (placements, 'valid packing' if not problems
+                      else '%d problem(s)' % len(problems)))
+    return 1 if problems else 0
+
+
 def main(argv=None):
     args = build_parser().parse_args(argv)
     nodes_path = args.nodes or os.path.join(args.trace_dir,
@@ -137,6 +159,8 @@ def main(argv=None):
         args.trace_dir, 'openb_pod_list_%s.csv' % args.workload)
     expected = args.expected or os.path.join(args.trace_dir,
                                              'fgd_expected_alloc.csv')
+    if args.audit:
+        return audit(nodes_path, tasks_path, args.audit)
     policies = [p.strip() for p in args.policies.split(',') if p.strip()]
     try:
         for p in policies:

@@ -155,6 +155,8 @@ def audit(nodes, tasks_by_name, path):
     with open(path, newline='') as f:
         for line, row in enumerate(csv.DictReader(f), 2):
             t = tasks_by_name.get(row['task'])
+            if t is None and '-tuned-' in row['task']:
+                t = tasks_by_name.get(row['task'].rsplit('-tuned-', 1)[0])
             if t is None:
                 problems.append('line %d: unknown task %s'
                                 % (line, row['task']))
