@@ -27,11 +27,16 @@ def main(argv=None):
         print('=' * 72)
         print('nova_gpu.bench.%s' % name)
         print('=' * 72, flush=True)
+        full = 'nova_gpu.bench.' + name
         try:
-            module = importlib.import_module('nova_gpu.bench.' + name)
+            module = importlib.import_module(full)
         except ImportError as e:
-            print('SKIPPED: nova_gpu.bench.%s is not available (%s)'
-                  % (name, e))
+            if e.name == full:
+                print('SKIPPED: %s does not exist (yet)' % full)
+                continue
+            traceback.print_exc()
+            print('FAILED: %s cannot be imported: %s' % (full, e))
+            status = 1
             continue
         try:
             if name == 'sim_bench':
