@@ -234,8 +234,11 @@ class GpuCloudTestCase(test_vgpu.VGPUTestBase):
         raw = []
         for i, dev in enumerate(gpus):
             model = _CATALOG.model_for_pci(dev.prod_id)
-            type_id = compute.driver._get_vgpu_type_per_pgpu(
-                'pci_%s' % re.sub('[:.]', '_', dev.address))
+            # What nova-compute enabled on this GPU ([devices] and
+            # [mdev_*] device_addresses); read directly, since the test base
+            # patches _get_vgpu_type_per_pgpu to track the current host.
+            type_id = (compute.driver.pgpu_type_mapping.get(dev.address)
+                       or compute.driver.pgpu_type_default)
             profile = profile_of_type(type_id) if type_id else None
             provider = '%s_pci_%s' % (hostname,
                                       re.sub('[:.]', '_', dev.address))
