@@ -261,6 +261,10 @@ def parse(extra_specs, catalog=None, vcpus=0, memory_mb=0,
     models = values.get('model')
     if not values:
         # A stock vGPU flavor: whatever type each GPU is set up for.
+        if groups == 1 and units > 1:
+            # Several vGPUs in one group may share a physical GPU, which a
+            # GpuRequest (one device per GPU) cannot say: left to Nova.
+            return None
         common['count'] = groups if groups > 1 else units
         alts = (request_mod.GpuRequest(host_mod.VGPU, **common),)
         return GpuSpec(alts, False, False, units, groups, rc, sizes=(0,))

@@ -59,6 +59,9 @@ class ParseTest(base.TestCase):
                              'group_policy': 'isolate'}, base.CATALOG)
         self.assertEqual(2, spec.alternatives[0].count)
 
+    def test_stock_several_vgpus_in_one_group_left_to_nova(self):
+        self.assertIsNone(parse(resources__VGPU='2'))
+
     def test_profile_pins_model(self):
         spec = parse(gpu__profile='A100-10C', resources__VGPU='1')
         (req,) = spec.alternatives
