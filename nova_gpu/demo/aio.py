@@ -1,0 +1,375 @@
+"""nova-gpu-demo: an all-in-one GPU cloud, servers booted, placements shown.
+
+Starts real Nova (API, conductor, scheduler, nova-compute with the libvirt
+driver) and real Placement in this process, on simulated GPU hypervisors
+(``nova_gpu.testing.cloud``: only libvirt is fake), creates GPU flavors and
+boots the scenario's servers through the Nova API with openstacksdk, one at
+a time. It then prints where each server landed, the libvirt hostdev XML
+Nova's driver wrote for one of them, and the cloud's GPU allocation and
+expected fragmentation. The same sequence is run again on a second cloud
+with the other policy (stock Nova's filters and weighers, or nova-gpu's)
+and both outcomes are compared.
+
+Run it with ``tools/run-demo.sh`` (which runs ``tox -e demo``).
+"""
+
+import argparse
+import copy
+import dataclasses
+import logging
+import os
+import sys
+import time
+import traceback
+import warnings
+
+from nova_gpu.demo import render
+from nova_gpu.demo import scenario
+
+# Nova's own filter that honours aggregate_instance_extra_specs: the stock
+# way to keep a flavor on hosts with its GPU model, used by both clouds.
+AGGREGATE_FILTER = 'AggregateInstanceExtraSpecsFilter'
+BOOT_TIMEOUT = 60.0
+POLL = 0.1
+MAX_CANDIDATES = 200
+
+
+@dataclasses.dataclass
+class ServerResult:
+    name: str
+    flavor: str
+    asks: str
+    result: str
+    host: str = None
+    gpus: tuple = ()  # PCI addresses
+    devices: tuple = ()  # vGPU type per device
+    numa: tuple = ()  # NUMA node(s) of the GPUs
+    nvlinked: bool = None
+    topology: str = 'any'  # what the flavor asked
+    uuid: str = None
+
+    @property
+    def topology_kept(self):
+        """Did the GPUs get the connection the flavor asked for?"""
+        if self.topology == 'numa':
+            return len(self.numa) == 1
+        if self.topology == 'nvlink':
+            return bool(self.nvlinked)
+        return True
+
+
+@dataclasses.dataclass
+class HostUse:
+    name: str
+    model: str
+    gpus: int
+    used_gpus: float  # in GPUs (vGPU capacity used / per-GPU capacity)
+    free_gpus: float
+    idle_gpus: int
+    fragmentation: float  # expected fragmentation, in GPUs
+    layout: str
+
+
+@dataclasses.dataclass
+class Outcome:
+    policy: str
+    servers: list
+    hosts: list
+    hostdev_server: str = None
+    hostdev_xml: str = None
+    seconds: float = 0.0
+
+    @property
+    def booted(self):
+        return [s for s in self.servers if s.result == 'ACTIVE']
+
+    def metrics(self):
+        multi = [s for s in self.booted if len(s.gpus) > 1]
+        return [
+            ('servers requested', len(self.servers)),
+            ('servers ACTIVE', len(self.booted)),
+            ('refused (NoValidHost)',
+             sum(1 for s in self.servers if s.result != 'ACTIVE')),
+            ('multi-GPU servers ACTIVE', len(multi)),
+            ('  of them with the topology asked',
+             sum(1 for s in multi if s.topology_kept)),
+            ('GPUs left idle', sum(h.idle_gpus for h in self.hosts)),
+            ('expected fragmentation (GPUs)',
+             round(sum(h.fragmentation for h in self.hosts), 2)),
+        ]
+
+
+def nova_conf(stock):
+    """nova.conf of either cloud: the harness's, plus the aggregate filter."""
+    from nova_gpu.testing import cloud as cloud_mod
+    conf = copy.deepcopy(cloud_mod.STOCK_CONF if stock
+                         else cloud_mod.PLUGIN_CONF)
+    enabled = conf['filter_scheduler']['enabled_filters']
+    # Before GpuFilter, which must see the candidates last.
+    at = enabled.index('GpuFilter') if 'GpuFilter' in enabled else len(
+        enabled)
+    enabled.insert(at, AGGREGATE_FILTER)
+    conf['quota'] = {'instances': -1, 'cores': -1, 'ram': -1}
+    if not stock:
+        # The flavors on offer are the typical requests: fragmentation is
+        # measured against them from the first boot on, not only once each
+        # has been seen.
+        conf['gpu_scheduler']['typical_requests'] = [
+            ';'.join('%s=%s' % kv for kv in sorted(f.extra_specs.items()))
+            for f in scenario.FLAVORS]
+    return conf
+
+
+def limit_candidates(cloud):
+    """Placement settings an operator sets for multi-GPU flavors.
+
+    Eight isolated request groups on an 8-GPU host have 8! = 40320
+    allocation candidates; Placement would enumerate them all for every
+    host. Any of them names the same GPUs, so a few hundred are plenty.
+    """
+    cloud.placement_fixture.conf_fixture.config(
+        group='placement', max_allocation_candidates=MAX_CANDIDATES,
+        allocation_candidates_generation_strategy='breadth-first')
+
+
+def connect(cloud):
+    """openstacksdk on the in-process Nova API, as an admin.
+
+    The harness's API runs with Nova's test auth stub (no Keystone): the
+    user, project and roles travel as request headers.
+    """
+    from keystoneauth1 import noauth
+    from keystoneauth1 import session
+    import openstack
+    sess = session.Session(auth=noauth.NoAuth(), additional_headers={
+        'X-Auth-User': 'admin', 'X-User-Id': 'admin',
+        'X-Auth-Project-Id': cloud.api.project_id,
+        'X-Roles': 'admin,member,reader'})
+    return openstack.connection.Connection(
+        session=sess, compute_endpoint_override=cloud.api.base_url,
+        compute_api_version='2.95')
+
+
+def run(stock=False, progress=None):
+    """Boot the scenario on a fresh cloud; return its Outcome."""
+    from nova_gpu.testing import cloud as cloud_mod
+    start = time.monotonic()
+    cloud = cloud_mod.start_cloud(scenario.HOSTS, nova_conf=nova_conf(stock))
+    try:
+        limit_candidates(cloud)
+        conn = connect(cloud)
+        _create_aggregates(conn)
+        flavor_ids = _create_flavors(conn)
+        servers = []
+        for name, flavor_name in scenario.requests():
+            result = _boot(cloud, conn, name, flavor_name,
+                           flavor_ids[flavor_name])
+            servers.append(result)
+            if progress:
+                progress(result)
+        shown = next((s for s in servers if s.result == 'ACTIVE'
+                      and len(s.gpus) == 1), None)
+        xml = _domain_xml(cloud, shown) if shown else None
+        hosts = _host_use(cloud)
+    finally:
+        # Nova logs every thread pool it stops at INFO; not worth showing.
+        logging.disable(logging.INFO)
+        try:
+            cloud.doCleanups()
+        finally:
+            logging.disable(logging.NOTSET)
+    return Outcome('stock Nova' if stock else 'nova-gpu', servers, hosts,
+                   shown and shown.name, xml, time.monotonic() - start)
+
+
+def _create_aggregates(conn):
+    for model in sorted({h.model for h in scenario.HOSTS}):
+        agg = conn.compute.create_aggregate(name='gpu-%s' % model.lower())
+        # AggregateInstanceExtraSpecsFilter also matches unscoped extra
+        # specs against the metadata, and multi-GPU flavors carry
+        # group_policy=isolate: the aggregate must list it too.
+        conn.compute.set_aggregate_metadata(agg, {
+            scenario.AGGREGATE_KEY: model, 'group_policy': 'isolate'})
+        for host in scenario.HOSTS:
+            if host.model == model:
+                conn.compute.add_host_to_aggregate(agg, host.name)
+
+
+def _create_flavors(conn):
+    from nova_gpu.scheduler import flavor as flavor_mod
+    ids = {}
+    for f in scenario.FLAVORS:
+        specs = dict(f.extra_specs)
+        parsed = flavor_mod.parse(specs, vcpus=f.vcpus, memory_mb=f.ram_mb)
+        specs.update(flavor_mod.placement_extra_specs(parsed))
+        specs['aggregate_instance_extra_specs:%s'
+              % scenario.AGGREGATE_KEY] = scenario.model_of(f)
+        created = conn.compute.create_flavor(name=f.name, ram=f.ram_mb,
+                                             vcpus=f.vcpus, disk=1)
+        conn.compute.create_flavor_extra_specs(created, specs)
+        ids[f.name] = created.id
+    return ids
+
+
+def _boot(cloud, conn, name, flavor_name, flavor_id):
+    from nova_gpu.testing import cloud as cloud_mod
+    flavor = scenario.flavors_by_name()[flavor_name]
+    server = conn.compute.create_server(
+        name=name, flavor_id=flavor_id, image_id=cloud_mod.IMAGE,
+        networks='none')
+    deadline = time.monotonic() + BOOT_TIMEOUT
+    while True:
+        server = conn.compute.get_server(server.id)
+        if server.status in ('ACTIVE', 'ERROR'):
+            break
+        if time.monotonic() > deadline:
+            raise RuntimeError('server %s still %s after %.0f s'
+                               % (name, server.status, BOOT_TIMEOUT))
+        time.sleep(POLL)
+    # nova-gpu-agent reports after every device change.
+    cloud.sync_gpu_reports()
+    result = ServerResult(name, flavor_name, flavor.asks, server.status,
+                          topology=flavor.extra_specs.get('gpu:topology',
+                                                          'any'),
+                          uuid=server.id)
+    if server.status != 'ACTIVE':
+        message = (server.fault or {}).get('message', '')
+        result.result = ('NoValidHost' if 'No valid host' in message
+                         else 'ERROR: %s' % message[:60])
+        return result
+    providers = cloud.gpu_providers_of({'id': server.id})
+    specs = {h.name: h for h in scenario.HOSTS}
+    result.host = server.compute_host
+    spec = specs[result.host]
+    indices = [cloud.gpu_index(p) for p in providers]
+    result.gpus = tuple(_address(p) for p in providers)
+    result.devices = tuple(spec.vgpu_type for _ in providers)
+    result.numa = tuple(sorted({spec.numa_of(i) for i in indices}))
+    links = {frozenset(p) for p in spec.nvlink}
+    result.nvlinked = all(frozenset((a, b)) in links
+                          for a in indices for b in indices if a < b)
+    return result
+
+
+def _address(provider):
+    """PCI address from a GPU provider name (<host>_pci_0000_41_00_0)."""
+    return '{}:{}:{}.{}'.format(*provider.rsplit('_pci_', 1)[1].split('_'))
+
+
+def _domain_xml(cloud, server):
+    """The domain XML Nova's libvirt driver defined for ``server``."""
+    conn = cloud.computes[server.host].driver._host.get_connection()
+    return conn.lookupByUUIDString(server.uuid).XMLDesc(0)
+
+
+def _demand():
+    """The scenario's requests as the fragmentation measure's demand."""
+    from nova_gpu.core import fragmentation
+    from nova_gpu.scheduler import flavor as flavor_mod
+    flavors = scenario.flavors_by_name()
+    reqs = []
+    for _name, flavor_name in scenario.requests():
+        f = flavors[flavor_name]
+        reqs.append(flavor_mod.parse(f.extra_specs).alternatives[0])
+    return fragmentation.Demand.from_requests(reqs)
+
+
+def _host_use(cloud):
+    from nova_gpu.core import fragmentation
+    from nova_gpu.core import host as host_mod
+    from nova_gpu.core import report as report_mod
+    from nova_gpu.scheduler import flavor as flavor_mod
+    catalog = flavor_mod.default_catalog()
+    demand = _demand()
+    result = []
+    for spec in scenario.HOSTS:
+        host = report_mod.host_from_dict(cloud.gpu_report(spec.name),
+                                         catalog)
+        used = sum(g.used_milli for g in host.gpus) / host_mod.MILLI
+        per_gpu = ' '.join(str(sum(g.vgpus.values())) for g in host.gpus)
+        result.append(HostUse(
+            spec.name, '%s %s' % (spec.model, spec.vgpu_type),
+            len(host.gpus), round(used, 2), round(len(host.gpus) - used, 2),
+            sum(1 for g in host.gpus if g.is_free),
+            round(fragmentation.host_fragmentation(host, demand)
+                  / host_mod.MILLI, 2),
+            '%s (of %d each)' % (per_gpu, host.gpus[0].model.vgpu_profile(
+                spec.vgpu_type).max_instances)))
+    return result
+
+
+# -- printing ---------------------------------------------------------------
+
+def describe_cloud():
+    rows = [(h.name, h.model, h.gpus, h.vgpu_type,
+             'all-to-all' if len(h.nvlink) == h.gpus * (h.gpus - 1) // 2
+             else ' '.join('%d-%d' % p for p in h.nvlink) or None)
+            for h in scenario.HOSTS]
+    return render.table(('host', 'GPU model', 'GPUs', 'vGPU type',
+                         'NVLink'), rows, 'Simulated GPU hypervisors')
+
+
+def print_outcome(outcome, out):
+    out(render.placements(outcome.servers, 'Placements with %s (%.0f s)'
+                          % (outcome.policy, outcome.seconds)))
+    out('')
+    if outcome.hostdev_xml:
+        out('libvirt <hostdev> Nova wrote for %s' % outcome.hostdev_server)
+        out(render.hostdevs(outcome.hostdev_xml))
+        out('')
+    out(render.allocation(outcome.hosts, 'GPU allocation with %s'
+                          % outcome.policy))
+    out('')
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(
+        prog='nova-gpu-demo', description=__doc__.split('\n\n')[0])
+    parser.add_argument('--stock', action='store_true',
+                        help='show stock Nova (its default filters and '
+                             'weighers, no nova-gpu) in detail; nova-gpu is '
+                             'then the comparison')
+    parser.add_argument('--no-compare', action='store_true',
+                        help='run one policy only')
+    args = parser.parse_args(argv)
+    # Eventlet and Nova announce their deprecations on import; they are
+    # not the demo's business.
+    warnings.simplefilter('ignore', DeprecationWarning)
+    rc = 1
+    try:
+        rc = _main(args)
+    except Exception:
+        traceback.print_exc()
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        # Nova's services leave non-daemon threads behind; do not wait for
+        # them once the clouds are cleaned up.
+        os._exit(rc)
+
+
+def _main(args):
+    def out(text=''):
+        print(text, flush=True)
+
+    def progress(result):
+        out('  booted %-18s %-12s %s' % (result.name, result.result,
+                                         result.host or ''))
+
+    out(describe_cloud())
+    out('')
+    order = [args.stock] + ([] if args.no_compare else [not args.stock])
+    outcomes = {}
+    for stock in order:
+        out('Booting %d servers with %s ...'
+            % (len(scenario.requests()), 'stock Nova' if stock
+               else 'nova-gpu'))
+        outcomes[stock] = run(stock, progress)
+        if stock == order[0]:
+            out('')
+            print_outcome(outcomes[stock], out)
+    if len(outcomes) == 2:
+        ours, stock = outcomes[False], outcomes[True]
+        out(render.comparison(ours.metrics(), stock.metrics(),
+                              'Same requests, nova-gpu against stock Nova'))
+    return 0

@@ -1,0 +1,99 @@
+"""Plain-text tables of the demo: placements, allocation, comparison.
+
+Everything here is formatting of results already computed; the numbers
+come from the cloud (Nova's API, the fake hypervisors) and the core's
+fragmentation measure.
+"""
+
+from lxml import etree
+
+
+def table(headers, rows, title=None):
+    """Columns aligned on the widest cell; numbers right-aligned."""
+    cells = [[_text(c) for c in row] for row in rows]
+    widths = [len(h) for h in headers]
+    for row in cells:
+        for i, cell in enumerate(row):
+            widths[i] = max(widths[i], len(cell))
+    numeric = [all(_is_number(row[i]) for row in rows) and bool(rows)
+               for i in range(len(headers))]
+
+    def line(values):
+        out = []
+        for i, value in enumerate(values):
+            out.append(value.rjust(widths[i]) if numeric[i]
+                       else value.ljust(widths[i]))
+        return '  '.join(out).rstrip()
+
+    lines = []
+    if title:
+        lines += [title, '=' * len(title)]
+    lines.append(line(headers))
+    lines.append('  '.join('-' * w for w in widths))
+    lines += [line(row) for row in cells]
+    return '\n'.join(lines)
+
+
+def _text(value):
+    if value is None:
+        return '-'
+    if isinstance(value, float):
+        return '%.2f' % value
+    return str(value)
+
+
+def _is_number(value):
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+PLACEMENT_HEADERS = ('#', 'server', 'flavor', 'asks', 'result', 'host',
+                     'GPU (PCI)', 'device', 'NUMA')
+
+
+def placements(results, title):
+    """One row per server, in boot order."""
+    rows = []
+    for i, r in enumerate(results, 1):
+        rows.append((i, r.name, r.flavor, r.asks, r.result, r.host,
+                     ' '.join(r.gpus) or None, ' '.join(r.devices) or None,
+                     ','.join(str(n) for n in r.numa) or None))
+    return table(PLACEMENT_HEADERS, rows, title)
+
+
+def allocation(hosts, title):
+    """Per host: GPUs, what is used, and the expected fragmentation."""
+    rows = []
+    for h in hosts:
+        rows.append((h.name, h.model, h.gpus, h.used_gpus, h.free_gpus,
+                     h.idle_gpus, h.fragmentation, h.layout))
+    return table(('host', 'model', 'GPUs', 'used', 'free', 'idle GPUs',
+                  'frag.', 'per-GPU use'), rows, title)
+
+
+def comparison(ours, stock, title):
+    """Side by side outcome of the same request sequence."""
+    rows = []
+    for (label, a), (_label, b) in zip(ours, stock):
+        rows.append((label, a, b, _diff(a, b)))
+    return table(('', 'nova-gpu', 'stock Nova', 'difference'), rows, title)
+
+
+def _diff(a, b):
+    if _is_number(a) and _is_number(b):
+        d = a - b
+        if isinstance(d, float):
+            return '%+.2f' % d
+        return '%+d' % d
+    return '' if a == b else 'differs'
+
+
+def hostdevs(domain_xml):
+    """The ``<hostdev>`` elements of a libvirt domain XML, indented."""
+    root = etree.fromstring(domain_xml.encode()
+                            if isinstance(domain_xml, str) else domain_xml)
+    parts = []
+    for dev in root.iter('hostdev'):
+        dev.tail = None
+        etree.indent(dev, space='  ')
+        parts.append(etree.tostring(dev, encoding='unicode'))
+    return '\n'.join(parts)
