@@ -350,7 +350,9 @@ def main(argv=None):
 
 def _main(args):
     def out(text=''):
-        print(text, flush=True)
+        # The real stdout: Nova's test fixtures capture sys.stdout while a
+        # cloud runs when OS_STDOUT_CAPTURE is set (tox sets it).
+        print(text, file=sys.__stdout__, flush=True)
 
     def progress(result):
         out('  booted %-18s %-12s %s' % (result.name, result.result,
