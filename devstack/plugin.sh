@@ -74,6 +74,18 @@ function configure_nova_gpu_scheduler {
         "$NOVA_GPU_STOCK_ENABLED_FILTERS" "${NOVA_GPU_FILTER##*.}"
     _nova_gpu_list_add "$NOVA_CONF" filter_scheduler weight_classes \
         "$NOVA_GPU_STOCK_WEIGHERS" "${weighers[@]}"
+    iniset "$NOVA_CONF" gpu_scheduler fragmentation_weight_multiplier \
+        "$NOVA_GPU_FRAGMENTATION_WEIGHT"
+    iniset "$NOVA_CONF" gpu_scheduler topology_weight_multiplier \
+        "$NOVA_GPU_TOPOLOGY_WEIGHT"
+    if [[ -n "$NOVA_GPU_MAX_ALLOCATION_CANDIDATES" && \
+            -f "${PLACEMENT_CONF:-}" ]]; then
+        # Breadth-first so that the capped set still covers every host.
+        iniset "$PLACEMENT_CONF" placement max_allocation_candidates \
+            "$NOVA_GPU_MAX_ALLOCATION_CANDIDATES"
+        iniset "$PLACEMENT_CONF" placement \
+            allocation_candidates_generation_strategy breadth-first
+    fi
     if [[ -n "$NOVA_GPU_TYPICAL_REQUESTS" ]]; then
         # shellcheck disable=SC2086
         _nova_gpu_multi_add "$NOVA_CONF" gpu_scheduler typical_requests "" \

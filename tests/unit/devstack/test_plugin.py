@@ -60,6 +60,9 @@ class DevstackPluginTest(testtools.TestCase):
         self.log = os.path.join(self.tmp, 'calls.log')
         with open(self.nova_conf, 'w') as f:
             f.write(DEVSTACK_NOVA_CONF)
+        self.placement_conf = os.path.join(self.tmp, 'placement.conf')
+        with open(self.placement_conf, 'w') as f:
+            f.write('[placement_database]\nconnection = sqlite://\n')
 
     def run_phases(self, *phases, env=None, check=True):
         lines = ['set -o errexit -o pipefail',
@@ -72,6 +75,7 @@ class DevstackPluginTest(testtools.TestCase):
             'DEST': '/opt/stack',
             'DATA_DIR': os.path.join(self.tmp, 'data'),
             'NOVA_CONF': self.nova_conf,
+            'PLACEMENT_CONF': self.placement_conf,
             'NOVA_CONF_DIR': os.path.join(self.tmp, 'etc-nova'),
             'NOVA_GPU_CONF_DIR': os.path.dirname(self.agent_conf),
             'STACK_USER': 'stack',
@@ -115,6 +119,14 @@ class DevstackPluginTest(testtools.TestCase):
             ['gpu:profile=A100-10C', 'gpu:mig=3g.20gb',
              'gpu:profile=L40S-8C', 'gpu:kind=whole;gpu:count=2'],
             conf['gpu_scheduler']['typical_requests'])
+        self.assertEqual(['10.0'], conf['gpu_scheduler'][
+            'fragmentation_weight_multiplier'])
+        self.assertEqual(['10.0'], conf['gpu_scheduler'][
+            'topology_weight_multiplier'])
+        placement = parse_ini(self.placement_conf)['placement']
+        self.assertEqual(['1000'], placement['max_allocation_candidates'])
+        self.assertEqual(['breadth-first'], placement[
+            'allocation_candidates_generation_strategy'])
         # What the plugin does not own is left alone.
         self.assertEqual(['rabbit://stackrabbit:secret@127.0.0.1:5672/'],
                          conf['DEFAULT']['transport_url'])
