@@ -1,10 +1,13 @@
 """The demo's cloud and the request sequence booted on it (data only).
 
-The sequence is chosen to show what packing by expected fragmentation buys
-over Nova's default spreading: single-vGPU servers come first, then servers
-that need one vGPU on each of the eight GPUs of one host. Spread over both
-H100 hosts, the small servers leave no host with eight GPUs that have room;
-packed on one host, they leave the other host free for the big ones.
+The sequence is chosen to show what choosing the host and the GPUs by
+expected fragmentation and topology buys over Nova's default (spread hosts
+by free RAM, claim the first allocation candidate Placement lists): single
+vGPUs come first, then servers that need one vGPU on each of four GPUs on
+one NUMA node. nova-gpu packs the single vGPUs on one H100 host and gives
+every four-GPU server one NUMA node; stock Nova spreads the single vGPUs,
+ignores gpu:topology and, depending on the order Placement lists the GPUs
+in, strands vGPU slots on too few GPUs for the last four-GPU servers.
 """
 
 import collections
@@ -66,7 +69,7 @@ SEQUENCE = (
     ('h100.40c', 6),
     ('l40s.8c', 2),
     ('a100.10c', 3),
-    ('h100.40c.x4', 3),
+    ('h100.40c.x4', 6),
     ('a100.10c.x2', 2),
 )
 

@@ -24,7 +24,7 @@ class DemoTest(testtools.TestCase):
         self.assertEqual([], [s.name for s in ours.servers
                               if s.result != 'ACTIVE'])
         multi = [s for s in ours.servers if len(s.gpus) > 1]
-        self.assertEqual(5, len(multi))
+        self.assertEqual(8, len(multi))
         for server in multi:
             self.assertTrue(server.topology_kept, server)
             self.assertEqual(int(scenario.flavors_by_name()[
