@@ -115,6 +115,10 @@ function configure_nova_gpu_compute {
         "$NOVA_GPU_STATE_DIR/outbox"
     iniset "$NOVA_GPU_AGENT_CONF" gpu_agent libvirt_uri \
         "${LIBVIRT_URI:-qemu:///system}"
+    # Root helpers (MIG, VFIO vGPU) run through oslo.privsep; the helper
+    # lives in Nova's virtual environment, outside sudo's secure_path.
+    iniset "$NOVA_GPU_AGENT_CONF" nova_gpu_privsep helper_command \
+        "sudo $(get_python_exec_prefix)/privsep-helper --config-file ${NOVA_CPU_CONF:-$NOVA_CONF} --config-file $NOVA_GPU_AGENT_CONF"
     # The agent publishes on the topic the scheduler listens to.
     local topic
     topic=$(iniget "$NOVA_CONF" gpu_scheduler report_topic)

@@ -172,6 +172,10 @@ class DevstackPluginTest(testtools.TestCase):
         agent = parse_ini(self.agent_conf)['gpu_agent']
         self.assertEqual([os.path.join(provider_dir, 'nova-gpu.yaml')],
                          agent['provider_config_file'])
+        self.assertEqual(
+            ['sudo /opt/stack/data/venv/bin/privsep-helper --config-file %s '
+             '--config-file %s' % (self.nova_conf, self.agent_conf)],
+            parse_ini(self.agent_conf)['nova_gpu_privsep']['helper_command'])
         outbox = os.path.join(self.tmp, 'data', 'nova-gpu', 'outbox')
         self.assertEqual([outbox], agent['outbox_dir'])
         self.assertTrue(os.path.isdir(outbox))
