@@ -1,10 +1,15 @@
 """How nova-gpu ranks the feasible placements of one request.
 
-The cost of a placement (lower is better) has three parts:
+The cost of a placement (lower is better) has these parts:
 
 1. The growth of the host's expected fragmentation
    (``fragmentation.host_fragmentation``, FGD's measure: free GPU capacity
-   that typical requests cannot use, counting CPU and memory), in steps
+   that typical requests cannot use, counting CPU and memory), plus
+   ``sliver`` times the growth of *dead remainder* on the GPU a share
+   goes to (free capacity left above 0 and below ``dead_below`` milli,
+   which the common shares cannot use; FGD's one-step measure counts a
+   large remainder as lost to whole-GPU requests although later shares
+   fill it, and so prefers cutting a GPU down to a dead sliver), in steps
    of ``quantum`` GPUs. Placements closer than a step are equal, and
    equal placements go to the first host in the scheduler's order: a
    first-fit that keeps load on few hosts and whole hosts free. Replays
@@ -40,6 +45,8 @@ class CostWeights:
     strand: float = 3.0  # cost steps per stranded GPU
     tight: float = 1e-6  # cost steps per free milli on the chosen GPU
     reserve: float = 3.0  # cost steps per GPU of a fully reserved model
+    sliver: float = 4.0  # weight of dead remainder against fragmentation
+    dead_below: int = 220  # milli: remainders the common shares cannot use
 
 
 DEFAULT_WEIGHTS = CostWeights()
@@ -112,17 +119,27 @@ class ModelReserve:
         return self.values.get(model_name, 0.0)
 
 
+def dead_remainder(weights, free):
+    """Free milli on one GPU that the common shares cannot use."""
+    return (free > 0) * (free < weights.dead_below) * free
+
+
 def placement_cost(weights, strand_model, frag_delta, gpu_free_before,
                    gpu_free_after, cpu_before, cpu_after, mem_before,
-                   mem_after, unit_free=0, reserve=0.0):
+                   mem_after, unit_free=0, reserve=0.0, unit_free_after=None):
     """Cost of one placement on one host; lower is better.
 
     ``frag_delta``: growth of the host's expected fragmentation (milli);
     GPU free capacity (milli), CPU (milli) and memory (MiB) free on the
     host before and after; ``unit_free``: free milli of the GPU a share
-    goes to, before it does; ``reserve``: the ``ModelReserve`` of the
-    host's GPU model.
+    goes to, before it does, and ``unit_free_after`` after it does (None
+    for placements of whole GPUs or none); ``reserve``: the
+    ``ModelReserve`` of the host's GPU model.
     """
+    if unit_free_after is not None and weights.sliver:
+        frag_delta = frag_delta + weights.sliver * (
+            dead_remainder(weights, unit_free_after)
+            - dead_remainder(weights, unit_free))
     # The nudge keeps deltas computed in different orders (incrementally in
     # the simulator, by difference here) on the same side of a step.
     cost = (frag_delta + 1e-6) // (weights.quantum * host_mod.MILLI)
@@ -146,12 +163,15 @@ def host_placement_cost(host, placement, demand, strand_model,
     before = fragmentation.host_fragmentation(host, demand)
     gpu_before = sum(g.free_milli for g in host.gpus)
     cpu_before, mem_before = host.cpu_free, host.memory_free
-    unit_free = 0
+    unit_free, unit_free_after, unit = 0, None, None
     if (len(placement.slots) == 1
             and placement.slots[0].kind != host_mod.WHOLE):
-        unit_free = host.gpus[placement.slots[0].gpu].free_milli
+        unit = host.gpus[placement.slots[0].gpu]
+        unit_free = unit.free_milli
     host.allocate(placement)
     try:
+        if unit is not None:
+            unit_free_after = unit.free_milli
         after = fragmentation.host_fragmentation(host, demand)
         gpu_after = sum(g.free_milli for g in host.gpus)
         cpu_after, mem_after = host.cpu_free, host.memory_free
@@ -162,4 +182,5 @@ def host_placement_cost(host, placement, demand, strand_model,
         model_reserve = reserve.of(host.gpus[0].model.name)
     return placement_cost(weights, strand_model, after - before, gpu_before,
                           gpu_after, cpu_before, cpu_after, mem_before,
-                          mem_after, unit_free, model_reserve)
+                          mem_after, unit_free, model_reserve,
+                          unit_free_after)

@@ -177,12 +177,15 @@ class Replay:
                                                     cpu, mem)
         before = self._base(i)
         gpu_before = sum(g.free_milli for g in host.gpus)
-        unit_free = 0
+        unit_free, unit_free_after, unit = 0, None, None
         if (len(placement.slots) == 1
                 and placement.slots[0].kind != host_mod.WHOLE):
-            unit_free = host.gpus[placement.slots[0].gpu].free_milli
+            unit = host.gpus[placement.slots[0].gpu]
+            unit_free = unit.free_milli
         host.allocate(placement)
         try:
+            if unit is not None:
+                unit_free_after = unit.free_milli
             after = fragmentation.host_fragmentation(
                 host, self.demand[self.models[i].name])
             gpu_after = sum(g.free_milli for g in host.gpus)
@@ -195,7 +198,7 @@ class Replay:
         return (scoring.placement_cost(
             self.weights, self.strand, delta, gpu_before, gpu_after,
             host.cpu_free, host.cpu_free - cpu, host.memory_free,
-            host.memory_free - mem, unit_free),)
+            host.memory_free - mem, unit_free, 0.0, unit_free_after),)
 
     def place(self, task):
         """Place one task; returns (host index, placement) or None."""

@@ -214,7 +214,8 @@ class OursPolicy(Policy):
             self.weights, self.strand, delta, cluster.left[node].sum(1),
             total, cluster.cpu[node], cluster.cpu[node] - cpu,
             cluster.mem[node], cluster.mem[node] - mem, unit_free,
-            self.reserve[cluster.model[node]])
+            self.reserve[cluster.model[node]],
+            unit_free - milli if share else None)
         # Equal costs: the first node, then GPU, in index order.
         best = int(np.argmin(cost))
         chosen = int(node[best])

@@ -158,7 +158,8 @@ class CostEquivalenceTest(testtools.TestCase):
                 weights, policy.strand, delta, cluster.left[node].sum(1),
                 total, cluster.cpu[node], cluster.cpu[node] - task[0],
                 cluster.mem[node], cluster.mem[node] - task[1], unit_free,
-                policy.reserve[cluster.model[node]])
+                policy.reserve[cluster.model[node]],
+                unit_free - milli if share else None)
             reserve = scoring.ModelReserve(
                 [(t.spec, t.weight * t.num_gpu * t.milli)
                  for t in typical if t.milli],
