@@ -77,6 +77,7 @@ class Outcome:
     hosts: list
     hostdev_server: str = None
     hostdev_xml: str = None
+    hostdev_devices: tuple = ()  # where each mdev of that server lives
     seconds: float = 0.0
 
     @property
@@ -170,6 +171,7 @@ def run(stock=False, progress=None):
         shown = next((s for s in servers if s.result == 'ACTIVE'
                       and len(s.gpus) == 1), None)
         xml = _domain_xml(cloud, shown) if shown else None
+        devices = _mdevs_of(cloud, shown, xml) if shown else ()
         hosts = _host_use(cloud)
     finally:
         # Nova logs every thread pool it stops at INFO; not worth showing.
@@ -179,7 +181,8 @@ def run(stock=False, progress=None):
         finally:
             logging.disable(logging.NOTSET)
     return Outcome('stock Nova' if stock else 'nova-gpu', servers, hosts,
-                   shown and shown.name, xml, time.monotonic() - start)
+                   shown and shown.name, xml, devices,
+                   time.monotonic() - start)
 
 
 def _create_aggregates(conn):
@@ -262,6 +265,22 @@ def _domain_xml(cloud, server):
     return conn.lookupByUUIDString(server.uuid).XMLDesc(0)
 
 
+def _mdevs_of(cloud, server, domain_xml):
+    """One line per mdev the domain uses: its parent GPU and mdev type."""
+    from nova_gpu.agent import xmlbuild
+    from nova_gpu.testing import cloud as cloud_mod
+    conn = cloud.computes[server.host].driver._host.get_connection()
+    uuids, _addresses = xmlbuild.hostdev_refs(domain_xml)
+    lines = []
+    for uuid in sorted(uuids):
+        dev = conn.nodeDeviceLookupByName('mdev_' + uuid.replace('-', '_'))
+        info = xmlbuild.nodedev_info(dev.XMLDesc(0))
+        lines.append('mdev %s on GPU %s, mdev type %s (%s)' % (
+            uuid, info['parent'], info['mdev_type'],
+            cloud_mod.profile_of_type(info['mdev_type'])))
+    return tuple(lines)
+
+
 def _demand():
     """The scenario's requests as the fragmentation measure's demand."""
     from nova_gpu.core import fragmentation
@@ -316,6 +335,8 @@ def print_outcome(outcome, out):
     if outcome.hostdev_xml:
         out('libvirt <hostdev> Nova wrote for %s' % outcome.hostdev_server)
         out(render.hostdevs(outcome.hostdev_xml))
+        for line in outcome.hostdev_devices:
+            out(line)
         out('')
     out(render.allocation(outcome.hosts, 'GPU allocation with %s'
                           % outcome.policy))

@@ -52,6 +52,11 @@ class DemoTest(testtools.TestCase):
         hostdevs = render.hostdevs(ours.hostdev_xml)
         self.assertIn('type="mdev"', hostdevs)
         self.assertIn('<address uuid=', hostdevs)
+        shown = [s for s in ours.servers if s.name == ours.hostdev_server][0]
+        self.assertEqual(1, len(ours.hostdev_devices))
+        parent = 'pci_' + shown.gpus[0].replace(':', '_').replace('.', '_')
+        self.assertIn('on GPU %s' % parent, ours.hostdev_devices[0])
+        self.assertIn('(%s)' % shown.devices[0], ours.hostdev_devices[0])
         comparison = render.comparison(ours.metrics(), stock.metrics(), 'c')
         self.assertIn('with the topology asked', comparison)
         self.assertIn('+%d' % (kept - stock_kept), comparison)
