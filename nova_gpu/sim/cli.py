@@ -119,8 +119,8 @@ def run_all(nodes_path, tasks_path, policies, seeds, tune, jobs=1,
 def summarise(by_policy, workload, expected, seeds, out=None):
     """Print means at 100% and 130% arrived beside published ones."""
     out = out or sys.stdout
-    header = ['policy', 'runs', 'ours@100', 'pub@100', 'ours@130',
-              'pub@130', 'failed', 'CPU s/run']
+    header = ['policy', 'runs', 'sim@100', 'published@100', 'sim@130',
+              'published@130', 'failed', 'CPU s/run']
     rows = []
     for name, results in by_policy.items():
         curve = report.mean_curve([r.curve() for r in results])
