@@ -10,6 +10,7 @@ import typing
 from nova_gpu.core import exceptions
 from nova_gpu.core import fragmentation
 from nova_gpu.core import host as host_mod
+from nova_gpu.core import scoring
 from nova_gpu.core import topology
 
 
@@ -35,17 +36,19 @@ class PlacementEngine:
 
     MEMO_LIMIT = 200000
 
-    def __init__(self, demand=None, weights=None):
+    def __init__(self, demand=None, weights=None, scoring_weights=None):
         self.demand = demand or fragmentation.Demand(())
         self.weights = weights or Weights()
+        self.scoring_weights = scoring_weights or scoring.DEFAULT_WEIGHTS
+        self.strand = scoring.StrandModel.from_demand(self.demand)
         self._memo = {}
         self._index = _DemandIndex(self.demand)
 
     # -- filter -----------------------------------------------------------
 
     def choices(self, host, req):
-        """Every feasible placement worth considering, unordered."""
-        return [c[0] for c in self._candidates(host, req)]
+        """Every feasible placement worth considering."""
+        return [c.placement for c in self.rank(host, req)]
 
     def why_not(self, host, req):
         """A sentence saying why ``req`` has no placement on ``host``."""
@@ -73,39 +76,48 @@ class PlacementEngine:
 
     def rank(self, host, req):
         """Feasible choices, best (lowest cost) first."""
-        candidates = self._candidates(host, req)
-        if not candidates:
+        options = self._offers(host, req)
+        if options is None:
             return []
-        if len(self._memo) > self.MEMO_LIMIT:
-            self._memo.clear()
-        base = _FragState(host, self._index, self._memo)
-        w = self.weights
+        # Best-packed GPUs first: the least free capacity left over.
+        ordered = sorted((host.gpus[i] for i in options),
+                         key=lambda g: (g.free_milli, g.index))
+        base = None
         result = []
         # Single-device choices on GPUs in the same state cost the same:
         # compute each distinct one once.
         seen = {}
-        gpus_of_host = host.gpus
-        for placement, gpus, numa_miss in candidates:
-            slots = placement.slots
-            if len(slots) == 1:
-                slot = slots[0]
-                key = (gpus_of_host[slot.gpu].fit_key(), slot.kind,
-                       slot.detail)
-                delta = seen.get(key)
-                if delta is None:
-                    delta = seen[key] = (base.delta(placement)
-                                         / host_mod.MILLI)
-                topo = 0.0
-            else:
-                delta = base.delta(placement) / host_mod.MILLI
-                topo = topology.penalty(gpus)
-            cost = (w.fragmentation * delta + w.topology * topo
-                    + w.numa * numa_miss)
-            result.append(Choice(placement, delta, topo, numa_miss, cost))
+        for gpus in topology.candidate_sets(ordered, req.count):
+            for placement, numa_miss in self._placements(host, req, gpus,
+                                                         options):
+                if base is None:
+                    base = self._base(host)
+                result.append(self._choice(base, placement, gpus, numa_miss,
+                                           seen))
         # Stable: among equal costs, the generation order (best-packed GPU,
         # then lowest index and start slice) decides.
         result.sort(key=_cost)
         return result
+
+    def evaluate(self, host, req, gpu_indices):
+        """The best choice on exactly the GPUs ``gpu_indices``, or None.
+
+        For GPU sets decided elsewhere (the allocation candidates Placement
+        offers); scored exactly as ``rank`` scores its own choices.
+        """
+        options = self._offers(host, req)
+        if (options is None or len(gpu_indices) != req.count
+                or any(i not in options for i in gpu_indices)):
+            return None
+        gpus = tuple(host.gpus[i] for i in gpu_indices)
+        best = None
+        for placement, numa_miss in self._placements(host, req, gpus,
+                                                     options):
+            choice = self._choice(self._base(host), placement, gpus,
+                                  numa_miss, {})
+            if best is None or choice.cost < best.cost:
+                best = choice
+        return best
 
     def best(self, host, req):
         ranked = self.rank(host, req)
@@ -115,9 +127,54 @@ class PlacementEngine:
 
     # -- internals --------------------------------------------------------
 
-    def _candidates(self, host, req):
+    def _base(self, host):
+        if len(self._memo) > self.MEMO_LIMIT:
+            self._memo.clear()
+        return _FragState(host, self._index, self._memo)
+
+    def _choice(self, base, placement, gpus, numa_miss, seen):
+        """Cost a placement: the core scoring function, plus topology."""
+        slots = placement.slots
+        key = None
+        if len(slots) == 1:
+            slot = slots[0]
+            key = (base.host.gpus[slot.gpu].fit_key(), slot.kind,
+                   slot.detail, placement.numa_node)
+            found = seen.get(key)
+            if found is not None:
+                return Choice(placement, *found)
+        delta, free_after = base.delta(placement)
+        host = base.host
+        unit_free = 0
+        unit_free_after = None
+        if len(slots) == 1 and slots[0].kind != host_mod.WHOLE:
+            gpu = host.gpus[slots[0].gpu]
+            unit_free = gpu.free_milli
+            if slots[0].kind == host_mod.SHARE:
+                # Dead remainders are a share concept: a vGPU or MIG
+                # remainder is judged by what typical profiles still fit.
+                unit_free_after = base.profile(gpu, slots[0])[0]
+        steps = scoring.placement_cost(
+            self.scoring_weights, self.strand, delta, base.total_free,
+            free_after, host.cpu_free, host.cpu_free - placement.cpu_milli,
+            host.memory_free, host.memory_free - placement.memory_mib,
+            unit_free, unit_free_after=unit_free_after)
+        topo = topology.penalty(gpus)
+        w = self.weights
+        cost = (w.fragmentation * steps * self.scoring_weights.quantum
+                + w.topology * topo + w.numa * numa_miss)
+        found = (delta / host_mod.MILLI, topo, numa_miss, cost)
+        if key is not None:
+            seen[key] = found
+        return Choice(placement, *found)
+
+    def _offers(self, host, req):
+        """GPU index -> slots it offers for one device of ``req``.
+
+        None when the host cannot serve ``req`` at all.
+        """
         if req.cpu_milli > host.cpu_free or req.memory_mib > host.memory_free:
-            return []
+            return None
         options = {}
         memo = self._memo
         for gpu in host.gpus:
@@ -135,38 +192,38 @@ class PlacementEngine:
                 options[index] = [host_mod.Slot(index, kind, detail)
                                   for kind, detail in offers]
         if len(options) < req.count:
-            return []
-        # Best-packed GPUs first: the least free capacity left over.
-        ordered = sorted((host.gpus[i] for i in options),
-                         key=lambda g: (g.free_milli, g.index))
-        result = []
-        for gpus in topology.candidate_sets(ordered, req.count):
-            if not topology.satisfies(gpus, req.topology):
-                continue
-            numa_node, numa_miss = self._numa(host, gpus, req)
-            if numa_miss is None:
-                continue
-            # Each GPU of the set may offer several slots (MIG starts);
-            # one device per GPU.
-            for slots in _slot_product([options[g.index] for g in gpus]):
-                result.append((host_mod.Placement(
-                    host.name, slots, numa_node, req.cpu_milli,
-                    req.memory_mib), gpus, numa_miss))
-        return result
+            return None
+        return options
 
-    @staticmethod
-    def _numa(host, gpus, req):
-        """(cell to charge, miss penalty), or (None, None) if refused."""
-        if req.numa_affinity == 'none' or not host.cells:
-            return None, 0.0
-        nodes = {g.numa_node for g in gpus}
-        if len(nodes) == 1:
-            cell = host.cells.get(next(iter(nodes)))
-            if cell and cell.fits(req.cpu_milli, req.memory_mib):
-                return cell.id, 0.0
-        if req.numa_affinity == 'require':
-            return None, None
-        return None, 1.0
+    def _placements(self, host, req, gpus, options):
+        """(placement, NUMA miss) for the GPU set ``gpus``, if allowed."""
+        if not topology.satisfies(gpus, req.topology):
+            return
+        numa_node, numa_miss = numa_fit(host, gpus, req)
+        if numa_miss is None:
+            return
+        # Each GPU of the set may offer several slots (MIG starts);
+        # one device per GPU.
+        for slots in _slot_product([options[g.index] for g in gpus]):
+            yield (host_mod.Placement(host.name, slots, numa_node,
+                                      req.cpu_milli, req.memory_mib),
+                   numa_miss)
+
+
+def numa_fit(host, gpus, req):
+    """(NUMA cell to charge, miss penalty) of ``gpus``; (None, None) if
+    ``req`` requires NUMA affinity that these GPUs cannot give.
+    """
+    if req.numa_affinity == 'none' or not host.cells:
+        return None, 0.0
+    nodes = {g.numa_node for g in gpus}
+    if len(nodes) == 1:
+        cell = host.cells.get(next(iter(nodes)))
+        if cell and cell.fits(req.cpu_milli, req.memory_mib):
+            return cell.id, 0.0
+    if req.numa_affinity == 'require':
+        return None, None
+    return None, 1.0
 
 
 def _cost(choice):
@@ -246,10 +303,11 @@ class _FragState:
         self.host = host
         self.index = index
         self.memo = memo
-        self.per_gpu = [self._profile(g) for g in host.gpus]
+        self.per_gpu = [self.profile(g) for g in host.gpus]
+        self.total_free = sum(free for free, _fits in self.per_gpu)
         self.value = self._value(self.per_gpu, 0, 0)
 
-    def _profile(self, gpu, slot=None):
+    def profile(self, gpu, slot=None):
         """``(free, fit mask)`` of ``gpu`` (after taking ``slot``)."""
         key = (gpu.fit_key(), slot and (slot.kind, slot.detail))
         found = self.memo.get(key)
@@ -296,11 +354,17 @@ class _FragState:
         return value
 
     def delta(self, placement):
-        if not self.index.items:
-            return 0.0
+        """(growth of fragmentation, total free GPU milli) after
+        ``placement``.
+        """
         gpus = self.host.gpus
         per_gpu = list(self.per_gpu)
+        free_after = self.total_free
         for slot in placement.slots:
-            per_gpu[slot.gpu] = self._profile(gpus[slot.gpu], slot)
-        return self._value(per_gpu, placement.cpu_milli,
-                           placement.memory_mib) - self.value
+            old_free = per_gpu[slot.gpu][0]
+            per_gpu[slot.gpu] = self.profile(gpus[slot.gpu], slot)
+            free_after += per_gpu[slot.gpu][0] - old_free
+        if not self.index.items:
+            return 0.0, free_after
+        return (self._value(per_gpu, placement.cpu_milli,
+                            placement.memory_mib) - self.value, free_after)

@@ -36,7 +36,6 @@ from nova_gpu.core import fragmentation
 from nova_gpu.core import host as host_mod
 from nova_gpu.core import report as report_mod
 from nova_gpu.core import request as request_mod
-from nova_gpu.core import topology
 from nova_gpu.scheduler import flavor
 
 CONF = cfg.CONF
@@ -72,7 +71,7 @@ class Ranking:
     list are evaluated when a Placement candidate uses them, and memoised.
     """
 
-    __slots__ = ('items', 'by_gpus', 'why', 'base_frag', 'orders')
+    __slots__ = ('items', 'by_gpus', 'why', 'orders')
 
     def __init__(self, items, why=None):
         self.items = items
@@ -81,7 +80,6 @@ class Ranking:
         for item in items:
             self.by_gpus.setdefault(item.gpus, item)
         self.why = why
-        self.base_frag = None
 
 
 class HostEntry:
@@ -378,42 +376,14 @@ class GpuView:
         host = entry.host
         if not gpus or any(not 0 <= i < len(host.gpus) for i in gpus):
             return None
-        chosen = [host.gpus[i] for i in gpus]
         size = dict(zip(spec.alternatives, spec.sizes))
         for order, alt in enumerate(spec.alternatives):
-            if alt.count != len(chosen) or not all(
-                    fragmentation.unit_fits(g, alt) for g in chosen):
+            choice = self.engine.evaluate(host, alt, gpus)
+            if choice is None:
                 continue
-            if not topology.satisfies(chosen, alt.topology):
-                continue
-            node, miss = _numa(host, chosen, alt)
-            if miss is None:
-                continue
-            slots = tuple(fragmentation.unit_slots(g, alt)[0]
-                          for g in chosen)
-            placement = host_mod.Placement(host.name, slots, node,
-                                           alt.cpu_milli, alt.memory_mib)
-            demand = self.engine.demand
-            if ranking.base_frag is None:
-                ranking.base_frag = fragmentation.host_fragmentation(
-                    host, demand)
-            try:
-                host.allocate(placement)
-            except exceptions.GpuError:
-                continue
-            try:
-                after = fragmentation.host_fragmentation(host, demand)
-            finally:
-                host.free(placement)
-            weights = self.engine.weights
-            delta = (after - ranking.base_frag) / host_mod.MILLI
-            topo = topology.penalty(chosen)
-            cost = (weights.fragmentation * delta + weights.topology * topo
-                    + weights.numa * miss)
-            choice = engine_mod.Choice(placement, delta, topo, miss, cost)
-            free = sum(g.free_milli for g in chosen)
+            free = sum(host.gpus[i].free_milli for i in gpus)
             return Ranked(gpus, choice, alt, free,
-                          (size.get(alt, 0), cost, order, free, gpus))
+                          (size.get(alt, 0), choice.cost, order, free, gpus))
         return None
 
     # -- decisions and claims ----------------------------------------------
@@ -481,20 +451,6 @@ class GpuView:
 
 def _by_key(ranked):
     return ranked.key
-
-
-def _numa(host, gpus, req):
-    """(NUMA cell to charge, miss penalty), or (None, None) if refused."""
-    if req.numa_affinity == 'none' or not host.cells:
-        return None, 0.0
-    nodes = {g.numa_node for g in gpus}
-    if len(nodes) == 1:
-        cell = host.cells.get(next(iter(nodes)))
-        if cell and cell.fits(req.cpu_milli, req.memory_mib):
-            return cell.id, 0.0
-    if req.numa_affinity == 'require':
-        return None, None
-    return None, 1.0
 
 
 def _plain(req):

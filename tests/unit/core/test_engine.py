@@ -170,3 +170,32 @@ class EngineTest(base.TestCase):
             host.free(choice.placement)
             self.assertAlmostEqual((after - before) / 1000,
                                    choice.frag_delta)
+
+
+class EngineScoringTest(base.TestCase):
+    """The engine costs choices with the same function the simulator uses."""
+
+    def test_share_costs_equal_core_scoring(self):
+        from nova_gpu.core import scoring
+        model = self.model('T4')
+        host = H.Host('t', [H.Gpu(i, model) for i in range(4)], 32000,
+                      128000)
+        for i, milli in enumerate((810, 500, 250)):
+            host.allocate(H.Placement('t', (H.Slot(i, H.SHARE, milli),),
+                                      None, 4000, 8000))
+        demand = frag.Demand([
+            frag.DemandItem(req('share', milli=500, cpu_milli=4000), 3),
+            frag.DemandItem(req('share', milli=200, cpu_milli=2000), 2),
+            frag.DemandItem(req('whole', cpu_milli=8000), 2)])
+        engine = engine_mod.PlacementEngine(demand)
+        strand = scoring.StrandModel.from_demand(demand)
+        ranked = engine.rank(host, req('share', milli=190, cpu_milli=1000,
+                                       memory_mib=500))
+        self.assertEqual(4, len(ranked))
+        for choice in ranked:
+            expected = scoring.host_placement_cost(host, choice.placement,
+                                                   demand, strand)
+            self.assertAlmostEqual(
+                scoring.DEFAULT_WEIGHTS.quantum * expected, choice.cost)
+        # The 190 share fills GPU 0's 190-milli sliver exactly.
+        self.assertEqual((0,), ranked[0].placement.gpus)
