@@ -42,7 +42,7 @@ class ServerResult:
     result: str
     host: str = None
     gpus: tuple = ()  # PCI addresses
-    devices: tuple = ()  # vGPU type per device
+    devices: tuple = ()  # vGPU type per device (and its MIG slice)
     numa: tuple = ()  # NUMA node(s) of the GPUs
     nvlinked: bool = None
     topology: str = 'any'  # what the flavor asked
@@ -246,12 +246,23 @@ def _boot(cloud, conn, name, flavor_name, flavor_id):
     spec = specs[result.host]
     indices = [cloud.gpu_index(p) for p in providers]
     result.gpus = tuple(_address(p) for p in providers)
-    result.devices = tuple(spec.vgpu_type for _ in providers)
+    mig = cloud.mig_slots_of({'id': server.id})
+    result.devices = tuple(
+        ' '.join(_device(spec, slot) for slot in mig.get(p) or [None])
+        for p in providers)
     result.numa = tuple(sorted({spec.numa_of(i) for i in indices}))
     links = {frozenset(p) for p in spec.nvlink}
     result.nvlinked = all(frozenset((a, b)) in links
                           for a in indices for b in indices if a < b)
     return result
+
+
+def _device(spec, slot):
+    """A vGPU in words; a MIG-backed one with the MIG slice it sits on."""
+    if slot is None:
+        return spec.vgpu_type
+    mig_profile, start, vgpu = slot.detail
+    return '%s@MIG %s slice %d' % (vgpu, mig_profile, start)
 
 
 def _address(provider):
@@ -305,22 +316,39 @@ def _host_use(cloud):
         host = report_mod.host_from_dict(cloud.gpu_report(spec.name),
                                          catalog)
         used = sum(g.used_milli for g in host.gpus) / host_mod.MILLI
-        per_gpu = ' '.join(str(sum(g.vgpus.values())) for g in host.gpus)
+        per_gpu = ' '.join(str(sum(g.vgpus.values()) + len(g.mig_instances))
+                           for g in host.gpus)
+        slices = ''
+        if spec.mig:
+            # Which start slices each GPU's MIG instances took.
+            slices = '; MIG slices %s' % ' | '.join(
+                ','.join(str(s) for s in sorted(g.mig_instances)) or '-'
+                for g in host.gpus)
         result.append(HostUse(
             spec.name, '%s %s' % (spec.model, spec.vgpu_type),
             len(host.gpus), round(used, 2), round(len(host.gpus) - used, 2),
             sum(1 for g in host.gpus if g.is_free),
             round(fragmentation.host_fragmentation(host, demand)
                   / host_mod.MILLI, 2),
-            '%s (of %d each)' % (per_gpu, host.gpus[0].model.vgpu_profile(
-                spec.vgpu_type).max_instances)))
+            '%s (of %d each%s)' % (
+                per_gpu, host.gpus[0].model.vgpu_profile(
+                    spec.vgpu_type).max_instances, slices)))
     return result
 
 
 # -- printing ---------------------------------------------------------------
 
+def _vgpu_type(spec, catalog):
+    if not spec.mig:
+        return spec.vgpu_type
+    return '%s on MIG %s' % (spec.vgpu_type, catalog.model(
+        spec.model).vgpu_profile(spec.vgpu_type).mig_profile)
+
+
 def describe_cloud():
-    rows = [(h.name, h.model, h.gpus, h.vgpu_type,
+    from nova_gpu.core import catalog as catalog_mod
+    catalog = catalog_mod.load_catalog()
+    rows = [(h.name, h.model, h.gpus, _vgpu_type(h, catalog),
              'all-to-all' if len(h.nvlink) == h.gpus * (h.gpus - 1) // 2
              else ' '.join('%d-%d' % p for p in h.nvlink) or None)
             for h in scenario.HOSTS]

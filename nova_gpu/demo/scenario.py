@@ -29,9 +29,11 @@ HOSTS = (
                       nvlink=_all_pairs(8)),
     cloud_mod.GpuHost('h100-2', 'H100-80GB', 'H100-40C', gpus=8,
                       nvlink=_all_pairs(8)),
-    # A100 SXM4 in pairs of NVLinked GPUs, time-sliced A100-10C (4 per GPU).
-    cloud_mod.GpuHost('a100-1', 'A100-40GB', 'A100-10C', gpus=4,
-                      nvlink=((0, 1), (2, 3))),
+    # A100 SXM4 in pairs of NVLinked GPUs, in MIG mode: the MIG-backed
+    # vGPU type A100-2-10C sits on a MIG 2g.10gb instance, which may only
+    # start at slice 0, 2 or 4 (3 per GPU).
+    cloud_mod.GpuHost('a100-1', 'A100-40GB', 'A100-2-10C', gpus=4,
+                      nvlink=((0, 1), (2, 3)), mig=True),
     # PCIe L40S for inference and graphics: L40S-8C (6 per GPU).
     cloud_mod.GpuHost('l40s-1', 'L40S', 'L40S-8C', gpus=4),
 )
@@ -57,10 +59,11 @@ FLAVORS = (
     Flavor('h100.40c.x4', {'gpu:profile': 'H100-40C', 'gpu:count': '4',
                            'gpu:topology': 'numa'},
            vcpus=2, asks='4x H100-40C, one NUMA node'),
-    Flavor('a100.10c', {'gpu:profile': 'A100-10C'}, asks='1x A100-10C'),
-    Flavor('a100.10c.x2', {'gpu:profile': 'A100-10C', 'gpu:count': '2',
+    Flavor('a100.mig', {'gpu:profile': 'A100-2-10C'},
+           asks='1x A100-2-10C (MIG)'),
+    Flavor('a100.mig.x2', {'gpu:profile': 'A100-2-10C', 'gpu:count': '2',
                            'gpu:topology': 'nvlink'},
-           asks='2x A100-10C, NVLinked'),
+           asks='2x A100-2-10C, NVLinked'),
     Flavor('l40s.8c', {'gpu:profile': 'L40S-8C'}, asks='1x L40S-8C'),
 )
 
@@ -68,9 +71,9 @@ FLAVORS = (
 SEQUENCE = (
     ('h100.40c', 6),
     ('l40s.8c', 2),
-    ('a100.10c', 3),
+    ('a100.mig', 3),
     ('h100.40c.x4', 6),
-    ('a100.10c.x2', 2),
+    ('a100.mig.x2', 2),
 )
 
 

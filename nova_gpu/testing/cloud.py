@@ -16,6 +16,15 @@ NVML, and the VGPU usage of each GPU provider in Placement) and hands it to
 the scheduler through the notification endpoint, the same code path as in
 production.
 
+A host built with ``mig=True`` runs its GPUs in MIG mode with a MIG-backed
+vGPU type (e.g. A100-2-10C on MIG 2g.10gb): to Nova this is still one mdev
+type per GPU with VGPU inventory = max instances; the report says
+``mig_enabled`` and lists each vGPU as the MIG slot behind it. The slot's
+start slice is the one the scheduler's view chose for that instance (its
+last decision on the host, or a claim it counted), kept for the instance's
+life; when the view chose none (stock Nova, a multi-create the view did not
+see) it is the first free start slice in order, as the driver would pick.
+
 Use ``GpuCloudTestCase`` as a test base class, or ``start_cloud`` from a
 script (the all-in-one demo).
 """
@@ -33,7 +42,10 @@ from nova.tests.functional.libvirt import test_vgpu
 from oslo_config import cfg
 
 from nova_gpu.core import catalog as catalog_mod
+from nova_gpu.core import fragmentation
+from nova_gpu.core import host as host_mod
 from nova_gpu.core import report as report_mod
+from nova_gpu.core import request as request_mod
 from nova_gpu.scheduler import flavor as flavor_mod
 from nova_gpu.scheduler import listener
 from nova_gpu.scheduler import view as view_mod
@@ -83,7 +95,8 @@ class GpuHost:
 
     Each GPU is enabled for the vGPU type ``vgpu_type``; ``numa`` gives each
     GPU's NUMA node (2 nodes), ``nvlink`` the NVLink-connected pairs (as
-    NVML would).
+    NVML would). ``mig``: the GPUs run in MIG mode and ``vgpu_type`` is a
+    MIG-backed vGPU type.
     """
 
     name: str
@@ -92,6 +105,7 @@ class GpuHost:
     gpus: int = 4
     numa: tuple = None
     nvlink: tuple = ()
+    mig: bool = False
 
     def numa_of(self, index):
         return self.numa[index] if self.numa else index * 2 // self.gpus
@@ -190,6 +204,8 @@ class GpuCloudTestCase(test_vgpu.VGPUTestBase):
         super().setUp()
         self._host_specs = {}
         self._buses = {}
+        # provider name -> {consumer UUID: [MIG Slot, ...]}
+        self._mig_slots = collections.defaultdict(dict)
         by_type = collections.defaultdict(list)
         for i, spec in enumerate(self.HOSTS):
             bus = 0x41 + i
@@ -242,17 +258,22 @@ class GpuCloudTestCase(test_vgpu.VGPUTestBase):
             profile = profile_of_type(type_id) if type_id else None
             provider = '%s_pci_%s' % (hostname,
                                       re.sub('[:.]', '_', dev.address))
-            used = self._vgpu_usage(provider)
+            if spec.mig:
+                devices = [{'kind': host_mod.MIG, 'detail': list(s.detail)}
+                           for s in self._mig_devices(hostname, provider,
+                                                      i, model, profile)]
+            else:
+                devices = [{'kind': host_mod.VGPU, 'detail': profile}
+                           ] * self._vgpu_usage(provider)
             peers = [index_of[gpus[j].address]
                      for pair in spec.nvlink if i in pair
                      for j in pair if j != i]
             raw.append({
                 'index': i, 'address': dev.address, 'model': model.name,
                 'numa_node': dev.numa_node, 'pcie_switch': None,
-                'nvlink_peers': sorted(peers), 'mig_enabled': False,
+                'nvlink_peers': sorted(peers), 'mig_enabled': spec.mig,
                 'vgpu_types': [profile] if profile else None,
-                'provider': provider,
-                'devices': [{'kind': 'vgpu', 'detail': profile}] * used})
+                'provider': provider, 'devices': devices})
         return {
             'version': report_mod.VERSION, 'host': hostname,
             'nodename': hostname, 'generation': next(self._generations),
@@ -270,6 +291,67 @@ class GpuCloudTestCase(test_vgpu.VGPUTestBase):
         if not rps:
             return 0
         return self._get_provider_usages(rps[0]['uuid']).get('VGPU', 0)
+
+    def _vgpu_consumers(self, provider_name):
+        """Consumer UUID -> VGPU count on the provider, from Placement."""
+        rps = self.placement.get(
+            '/resource_providers?name=%s' % provider_name).body[
+            'resource_providers']
+        if not rps:
+            return {}
+        allocs = self.placement.get('/resource_providers/%s/allocations'
+                                    % rps[0]['uuid']).body['allocations']
+        return {consumer: alloc['resources'].get('VGPU', 0)
+                for consumer, alloc in allocs.items()
+                if alloc['resources'].get('VGPU')}
+
+    def _mig_devices(self, hostname, provider, index, model, profile):
+        """The MIG slots of GPU ``index``'s vGPUs (see the module doc)."""
+        consumers = self._vgpu_consumers(provider)
+        known = self._mig_slots[provider]
+        for gone in set(known) - set(consumers):
+            del known[gone]
+        gpu = host_mod.Gpu(index, model, mig_enabled=True,
+                           vgpu_types=[profile])
+        for slots in known.values():
+            for slot in slots:
+                gpu.take(slot)
+        request = request_mod.GpuRequest(host_mod.VGPU, profile)
+        for consumer, count in sorted(consumers.items()):
+            slots = known.setdefault(consumer, [])
+            if len(slots) >= count:
+                continue
+            chosen = self._view_choices(hostname, consumer, index)
+            while len(slots) < count:
+                free = fragmentation.unit_slots(gpu, request)
+                if not free:
+                    raise RuntimeError('%s: no MIG slot left for the vGPU of '
+                                       '%s' % (provider, consumer))
+                slot = next((s for s in chosen if s in free), free[0])
+                gpu.take(slot)
+                slots.append(slot)
+        return [s for _c, slots in sorted(known.items()) for s in slots]
+
+    def _view_choices(self, hostname, consumer, index):
+        """MIG slots on GPU ``index`` the scheduler's view chose, best
+        first: its decision for ``consumer``, then the claims it counted.
+        """
+        entry = self.gpu_view.get(hostname)
+        if entry is None:
+            return []
+        placements = [p for _expiry, p in entry.pending]
+        last = entry.last
+        if (last is not None and last.ranked is not None
+                and last.instance_uuid == consumer):
+            placements.insert(0, last.ranked.choice.placement)
+        return [s for p in placements for s in p.slots
+                if s.gpu == index and s.kind == host_mod.MIG]
+
+    def mig_slots_of(self, server):
+        """GPU provider name -> MIG slots of the server's vGPUs."""
+        return {provider: list(by_consumer[server['id']])
+                for provider, by_consumer in self._mig_slots.items()
+                if by_consumer.get(server['id'])}
 
     def sync_gpu_reports(self):
         """Publish every host's report to the scheduler's view."""
