@@ -39,8 +39,13 @@ class PlacementEngine:
     def __init__(self, demand=None, weights=None, scoring_weights=None):
         self.demand = demand or fragmentation.Demand(())
         self.weights = weights or Weights()
-        self.scoring_weights = scoring_weights or scoring.DEFAULT_WEIGHTS
         self.strand = scoring.StrandModel.from_demand(self.demand)
+        weights = scoring_weights or scoring.DEFAULT_WEIGHTS
+        if self.strand.cpu_per_gpu == self.strand.mem_per_gpu == float('inf'):
+            # Typical requests bring no CPU or memory: nothing can strand,
+            # and skipping the term saves its arithmetic on every choice.
+            weights = dataclasses.replace(weights, strand=0.0)
+        self.scoring_weights = weights
         self._memo = {}
         self._index = _DemandIndex(self.demand)
 
@@ -76,7 +81,8 @@ class PlacementEngine:
 
     def rank(self, host, req):
         """Feasible choices, best (lowest cost) first."""
-        options = self._offers(host, req)
+        keys = [g.fit_key() for g in host.gpus]
+        options = self._offers(host, req, keys)
         if options is None:
             return []
         # Best-packed GPUs first: the least free capacity left over.
@@ -87,13 +93,16 @@ class PlacementEngine:
         # Single-device choices on GPUs in the same state cost the same:
         # compute each distinct one once.
         seen = {}
+        single = req.count == 1
         for gpus in topology.candidate_sets(ordered, req.count):
+            # One device: every slot of a GPU shares the GPU's state key.
+            gpu_key = keys[gpus[0].index] if single else None
             for placement, numa_miss in self._placements(host, req, gpus,
                                                          options):
                 if base is None:
-                    base = self._base(host)
+                    base = self._base(host, keys)
                 result.append(self._choice(base, placement, gpus, numa_miss,
-                                           seen))
+                                           seen, gpu_key))
         # Stable: among equal costs, the generation order (best-packed GPU,
         # then lowest index and start slice) decides.
         result.sort(key=_cost)
@@ -105,7 +114,8 @@ class PlacementEngine:
         For GPU sets decided elsewhere (the allocation candidates Placement
         offers); scored exactly as ``rank`` scores its own choices.
         """
-        options = self._offers(host, req)
+        keys = [g.fit_key() for g in host.gpus]
+        options = self._offers(host, req, keys)
         if (options is None or len(gpu_indices) != req.count
                 or any(i not in options for i in gpu_indices)):
             return None
@@ -113,7 +123,7 @@ class PlacementEngine:
         best = None
         for placement, numa_miss in self._placements(host, req, gpus,
                                                      options):
-            choice = self._choice(self._base(host), placement, gpus,
+            choice = self._choice(self._base(host, keys), placement, gpus,
                                   numa_miss, {})
             if best is None or choice.cost < best.cost:
                 best = choice
@@ -127,19 +137,22 @@ class PlacementEngine:
 
     # -- internals --------------------------------------------------------
 
-    def _base(self, host):
+    def _base(self, host, keys):
         if len(self._memo) > self.MEMO_LIMIT:
             self._memo.clear()
-        return _FragState(host, self._index, self._memo)
+        return _FragState(host, self._index, self._memo, keys)
 
-    def _choice(self, base, placement, gpus, numa_miss, seen):
-        """Cost a placement: the core scoring function, plus topology."""
+    def _choice(self, base, placement, gpus, numa_miss, seen, gpu_key=None):
+        """Cost a placement: the core scoring function, plus topology.
+
+        Single-device placements on GPUs in the same state (``gpu_key``)
+        cost the same; ``seen`` remembers them.
+        """
         slots = placement.slots
         key = None
-        if len(slots) == 1:
+        if gpu_key is not None:
             slot = slots[0]
-            key = (base.host.gpus[slot.gpu].fit_key(), slot.kind,
-                   slot.detail, placement.numa_node)
+            key = (gpu_key, slot.kind, slot.detail, placement.numa_node)
             found = seen.get(key)
             if found is not None:
                 return Choice(placement, *found)
@@ -168,7 +181,7 @@ class PlacementEngine:
             seen[key] = found
         return Choice(placement, *found)
 
-    def _offers(self, host, req):
+    def _offers(self, host, req, keys):
         """GPU index -> slots it offers for one device of ``req``.
 
         None when the host cannot serve ``req`` at all.
@@ -177,9 +190,9 @@ class PlacementEngine:
             return None
         options = {}
         memo = self._memo
-        for gpu in host.gpus:
+        for gpu, gpu_key in zip(host.gpus, keys):
             # What a GPU offers depends only on its state: memoised.
-            key = (gpu.fit_key(), req)
+            key = (gpu_key, req)
             offers = memo.get(key)
             if offers is None:
                 offers = memo[key] = tuple(
@@ -299,17 +312,18 @@ class _FragState:
         sum_g free_g * W(NF & ~fits_g) + total_free * W(~NF)
     """
 
-    def __init__(self, host, index, memo):
+    def __init__(self, host, index, memo, keys):
         self.host = host
         self.index = index
         self.memo = memo
-        self.per_gpu = [self.profile(g) for g in host.gpus]
+        self.per_gpu = [self.profile(g, None, k)
+                        for g, k in zip(host.gpus, keys)]
         self.total_free = sum(free for free, _fits in self.per_gpu)
         self.value = self._value(self.per_gpu, 0, 0)
 
-    def profile(self, gpu, slot=None):
+    def profile(self, gpu, slot=None, gpu_key=None):
         """``(free, fit mask)`` of ``gpu`` (after taking ``slot``)."""
-        key = (gpu.fit_key(), slot and (slot.kind, slot.detail))
+        key = (gpu_key or gpu.fit_key(), slot and (slot.kind, slot.detail))
         found = self.memo.get(key)
         if found is None:
             if slot is not None:
