@@ -34,6 +34,7 @@ it to a core ``Host``.
 """
 
 import dataclasses
+import typing
 
 from nova_gpu.core import fragmentation
 from nova_gpu.core import host as host_mod
@@ -154,15 +155,24 @@ def placement_cost(weights, strand_model, frag_delta, gpu_free_before,
     return cost + weights.tight * unit_free
 
 
-def host_placement_cost(host, placement, demand, strand_model,
-                        weights=DEFAULT_WEIGHTS, reserve=None):
-    """``placement_cost`` of ``placement`` on ``host`` (a core Host).
+class Effect(typing.NamedTuple):
+    """What one placement does to a host, as ``placement_cost`` reads it."""
 
-    ``reserve`` is a ``ModelReserve`` (None: no model is reserved).
+    frag_delta: float
+    gpu_free_before: int
+    gpu_free_after: int
+    unit_free: int
+    unit_free_after: typing.Optional[int]
+
+
+def placement_effect(host, placement, demand, before=None):
+    """Measure ``placement`` on ``host`` (a core Host) without keeping it.
+
+    ``before`` is the host's fragmentation now, when the caller has it.
     """
-    before = fragmentation.host_fragmentation(host, demand)
+    if before is None:
+        before = fragmentation.host_fragmentation(host, demand)
     gpu_before = sum(g.free_milli for g in host.gpus)
-    cpu_before, mem_before = host.cpu_free, host.memory_free
     unit_free, unit_free_after, unit = 0, None, None
     if (len(placement.slots) == 1
             and placement.slots[0].kind != host_mod.WHOLE):
@@ -174,13 +184,25 @@ def host_placement_cost(host, placement, demand, strand_model,
             unit_free_after = unit.free_milli
         after = fragmentation.host_fragmentation(host, demand)
         gpu_after = sum(g.free_milli for g in host.gpus)
-        cpu_after, mem_after = host.cpu_free, host.memory_free
     finally:
         host.free(placement)
+    return Effect(after - before, gpu_before, gpu_after, unit_free,
+                  unit_free_after)
+
+
+def host_placement_cost(host, placement, demand, strand_model,
+                        weights=DEFAULT_WEIGHTS, reserve=None):
+    """``placement_cost`` of ``placement`` on ``host`` (a core Host).
+
+    ``reserve`` is a ``ModelReserve`` (None: no model is reserved).
+    """
+    effect = placement_effect(host, placement, demand)
     model_reserve = 0.0
     if reserve is not None and host.gpus:
         model_reserve = reserve.of(host.gpus[0].model.name)
-    return placement_cost(weights, strand_model, after - before, gpu_before,
-                          gpu_after, cpu_before, cpu_after, mem_before,
-                          mem_after, unit_free, model_reserve,
-                          unit_free_after)
+    return placement_cost(
+        weights, strand_model, effect.frag_delta, effect.gpu_free_before,
+        effect.gpu_free_after, host.cpu_free,
+        host.cpu_free - placement.cpu_milli, host.memory_free,
+        host.memory_free - placement.memory_mib, effect.unit_free,
+        model_reserve, effect.unit_free_after)

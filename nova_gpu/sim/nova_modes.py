@@ -175,30 +175,18 @@ class Replay:
             return (0,)  # the first choice; hosts are weighed apart
         placement = placement or host_mod.Placement(host.name, (), None,
                                                     cpu, mem)
-        before = self._base(i)
-        gpu_before = sum(g.free_milli for g in host.gpus)
-        unit_free, unit_free_after, unit = 0, None, None
-        if (len(placement.slots) == 1
-                and placement.slots[0].kind != host_mod.WHOLE):
-            unit = host.gpus[placement.slots[0].gpu]
-            unit_free = unit.free_milli
-        host.allocate(placement)
-        try:
-            if unit is not None:
-                unit_free_after = unit.free_milli
-            after = fragmentation.host_fragmentation(
-                host, self.demand[self.models[i].name])
-            gpu_after = sum(g.free_milli for g in host.gpus)
-        finally:
-            host.free(placement)
-        delta = after - before
+        effect = scoring.placement_effect(
+            host, placement, self.demand[self.models[i].name],
+            before=self._base(i))
+        delta = effect.frag_delta
         if self.policy == 'fgd':
             score = int(100.0 / (1.0 + math.exp(delta / 1000.0)))
             return (-score,)
         return (scoring.placement_cost(
-            self.weights, self.strand, delta, gpu_before, gpu_after,
-            host.cpu_free, host.cpu_free - cpu, host.memory_free,
-            host.memory_free - mem, unit_free, 0.0, unit_free_after),)
+            self.weights, self.strand, delta, effect.gpu_free_before,
+            effect.gpu_free_after, host.cpu_free, host.cpu_free - cpu,
+            host.memory_free, host.memory_free - mem, effect.unit_free, 0.0,
+            effect.unit_free_after),)
 
     def place(self, task):
         """Place one task; returns (host index, placement) or None."""
