@@ -24,8 +24,9 @@ missing=$("$TOOLS/bin/bindep" -b test || true)
 if [ -n "$missing" ]; then
     echo "Installing system packages: $missing"
     $SUDO apt-get update -q
+    # With recommends: libvirt's daemon needs what it recommends (a QEMU
+    # emulator to define test domains, dnsmasq, ...) to behave as tested.
     # shellcheck disable=SC2086
-    $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q \
-        --no-install-recommends $missing
+    $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q $missing
 fi
 echo "$TOOLS/bin"
