@@ -244,19 +244,19 @@ class LibvirtHost:
             raise
 
     def attach(self, domain, hostdev_xml):
-        def attach(conn):
-            dom = self._domain(conn, domain)
-            flags = libvirt.VIR_DOMAIN_AFFECT_CONFIG
-            if dom.isActive():
-                flags |= libvirt.VIR_DOMAIN_AFFECT_LIVE
-            dom.attachDeviceFlags(hostdev_xml, flags)
-        self.call('attaching a device to %s' % domain, attach)
+        self._change_device('attaching a device to %s' % domain, domain,
+                            hostdev_xml, 'attachDeviceFlags')
 
     def detach(self, domain, hostdev_xml):
-        def detach(conn):
+        self._change_device('detaching a device from %s' % domain, domain,
+                            hostdev_xml, 'detachDeviceFlags')
+
+    def _change_device(self, what, domain, hostdev_xml, method):
+        """Apply to the persistent definition, and live when running."""
+        def change(conn):
             dom = self._domain(conn, domain)
             flags = libvirt.VIR_DOMAIN_AFFECT_CONFIG
             if dom.isActive():
                 flags |= libvirt.VIR_DOMAIN_AFFECT_LIVE
-            dom.detachDeviceFlags(hostdev_xml, flags)
-        self.call('detaching a device from %s' % domain, detach)
+            getattr(dom, method)(hostdev_xml, flags)
+        self.call(what, change)
