@@ -13,6 +13,7 @@ from oslo_log import log as logging
 from nova_gpu.agent import devices
 from nova_gpu.agent import discovery
 from nova_gpu.agent import errors
+from nova_gpu.agent import journal as journal_mod
 from nova_gpu.agent import libvirt_host
 from nova_gpu.agent import nvml as nvml_mod
 from nova_gpu.agent import placement
@@ -40,8 +41,10 @@ class Agent:
             LOG.warning('libvirt not used: %s', e)
             self.libvirt = None
         self.catalog = catalog_mod.load_catalog(conf.gpu.catalog_files)
+        self.journal = journal_mod.Journal.in_dir(opts.state_dir)
         self.manager = devices.DeviceManager(
-            self.sysfs, self.libvirt, self.nvml, timeout=opts.device_timeout)
+            self.sysfs, self.libvirt, self.nvml, timeout=opts.device_timeout,
+            journal=self.journal)
         self.reconciler = reconcile.Reconciler(
             self.manager, remove_orphans=opts.remove_orphans,
             grace_period=opts.orphan_grace_period)
@@ -77,7 +80,13 @@ class Agent:
         """
         timings = {}
         start = time.perf_counter()
-        result = self.reconcile()
+        try:
+            result = self.reconcile()
+        except errors.AgentError as e:
+            # libvirtd restarting, say: report what is there all the same,
+            # and reconcile again next cycle
+            LOG.warning('reconcile failed (%s); reporting without it', e)
+            result = None
         timings['reconcile_s'] = time.perf_counter() - start
         start = time.perf_counter()
         inventory = self.discover()

@@ -4,16 +4,33 @@ Lists GPUs and free profiles, creates and removes devices (mdev, NVIDIA
 vendor VFIO vGPU, MIG) and attaches them to libvirt domains. Reads the
 same oslo.config file as nova-gpu-agent; ``--libvirt-uri`` and
 ``--sysfs-root`` override it.
+
+A failure prints one line, ``nova-gpu: error: <what went wrong>``, as the
+last line on stderr, and exits 1; ``--debug`` adds the traceback.
+Warnings about retried libvirt calls show only with ``--verbose``.
 """
 
 import argparse
 import json
+import logging as std_logging
+import re
 import sys
+import traceback
+
+from oslo_config import cfg
+import prettytable
 
 from nova_gpu.agent import errors
 from nova_gpu.agent import service
 from nova_gpu.agent import xmlbuild
 from nova_gpu.core import exceptions
+
+# What a command can fail with that the user can act on: one line each.
+# (cfg.Error: a missing or bad config file or value; OSError: sysfs,
+# privsep, files.)
+EXPECTED_ERRORS = (exceptions.GpuError, cfg.Error, OSError)
+# Retries of libvirt calls are routine; the final error names the cause.
+RETRY_LOGGERS = ('nova_gpu.agent.libvirt_host',)
 
 
 def _parser():
@@ -26,6 +43,11 @@ def _parser():
     p.add_argument('--no-nvml', action='store_true',
                    help='do not use NVML even if the driver is present')
     p.add_argument('--json', action='store_true', help='print JSON')
+    p.add_argument('-v', '--verbose', action='store_true',
+                   help='log INFO messages and retried libvirt calls')
+    p.add_argument('-d', '--debug', action='store_true',
+                   help='log DEBUG messages; print the traceback of an '
+                        'error')
     sub = p.add_subparsers(dest='command', required=True)
     sub.add_parser('list', help='list GPUs')
     prof = sub.add_parser('profiles', help='free vGPU/mdev/MIG profiles')
@@ -65,7 +87,13 @@ def _parser():
                           help='whole GPU (every function of its IOMMU '
                                'group) or a VF')
     sub.add_parser('reconcile', help='adopt, start and clean up mdevs')
-    sub.add_parser('report', help='print the host GPU report (JSON)')
+    rep = sub.add_parser(
+        'report', help='print the host GPU report (JSON), or with '
+                       '--providers every Placement provider of each GPU')
+    rep.add_argument('--providers', action='store_true',
+                     help='a table of every Placement resource provider '
+                          'Nova makes for each GPU or a part of it (PF, '
+                          'VFs, PCI pool), to check against Placement')
     return p
 
 
@@ -73,27 +101,66 @@ def _conf_argv(args):
     argv = []
     for f in args.config_file:
         argv += ['--config-file', f]
+    if args.debug:
+        argv.append('--debug')
     return argv
 
 
-def main(argv=None):
-    args = _parser().parse_args(sys.argv[1:] if argv is None else argv)
+def _configure(args):
     conf = service.prepare(_conf_argv(args), 'nova-gpu', stderr=True)
+    if not args.debug:
+        std_logging.getLogger().setLevel(
+            std_logging.INFO if args.verbose else std_logging.WARNING)
+    if not (args.verbose or args.debug):
+        for name in RETRY_LOGGERS:
+            std_logging.getLogger(name).setLevel(std_logging.ERROR)
     if args.libvirt_uri:
         conf.set_override('libvirt_uri', args.libvirt_uri, 'gpu_agent')
     if args.sysfs_root:
         conf.set_override('sysfs_root', args.sysfs_root, 'gpu_agent')
     if args.no_nvml:
         conf.set_override('use_nvml', False, 'gpu_agent')
+    return conf
+
+
+def _run(args):
+    conf = _configure(args)
     from nova_gpu.agent import agent as agent_mod
     agent = agent_mod.Agent(conf)
     try:
-        out = COMMANDS[args.command](agent, args)
-    except (errors.AgentError, exceptions.GpuError) as e:
-        print('nova-gpu: error: %s' % e, file=sys.stderr)
-        return 1
+        # A root without a PCI bus is a wrong --sysfs-root or
+        # [gpu_agent] sysfs_root, not a host without GPUs.
+        agent.sysfs.check()
+        return COMMANDS[args.command](agent, args)
     finally:
         agent.close()
+
+
+def describe_error(e):
+    """One line saying what went wrong, for any of ``EXPECTED_ERRORS``."""
+    if isinstance(e, OSError) and e.strerror:
+        text = e.strerror
+        if e.filename:
+            text += ': %s' % e.filename
+        return text
+    text = str(e)
+    # oslo.config names where a bad value came from as a LocationInfo repr
+    text = re.sub(r"LocationInfo\(location=.*?, detail='([^']*)'\)",
+                  r'\1', text)
+    return ' '.join(text.split()) or type(e).__name__
+
+
+def main(argv=None):
+    args = _parser().parse_args(sys.argv[1:] if argv is None else argv)
+    try:
+        out = _run(args)
+    except EXPECTED_ERRORS as e:
+        if args.debug:
+            traceback.print_exc()
+        for handler in std_logging.getLogger().handlers:
+            handler.flush()  # log lines first: the error is the last line
+        print('nova-gpu: error: %s' % describe_error(e), file=sys.stderr)
+        return 1
     if args.json:
         print(json.dumps(out, indent=2, sort_keys=True, default=str))
     elif isinstance(out, list):
@@ -104,11 +171,11 @@ def main(argv=None):
 
 
 def _table(rows):
-    rows = [[str(c) for c in row] for row in rows]
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    lines = ['  '.join(c.ljust(w) for c, w in zip(r, widths)).rstrip()
-             for r in rows]
-    return '\n'.join(lines)
+    """``rows[0]`` is the header; cells are printed as ``str``."""
+    table = prettytable.PrettyTable(field_names=[str(c) for c in rows[0]])
+    table.align = 'l'
+    table.add_rows([[str(c) for c in row] for row in rows[1:]])
+    return table.get_string()
 
 
 def _find_gpu(inv, key):
@@ -241,9 +308,41 @@ def cmd_reconcile(agent, args):
     return result.as_dict()
 
 
+PROVIDER_HEADER = ('GPU', 'PF', 'MODEL', 'KIND', 'PROVIDER',
+                   'RESOURCE CLASS', 'VGPU TYPE', 'FUNCTION', 'VFS', 'MIG')
+
+
+def provider_rows(report):
+    """One row per Placement provider of each GPU in ``report``.
+
+    A GPU Nova makes no provider for (e.g. on the nvidia driver with
+    neither mdev types nor VFs) gets a row of kind ``none``.
+    """
+    rows = []
+    for g in report['gpus']:
+        gpu = (g['index'], g['address'], g['model'])
+        providers = g.get('providers') or ()
+        if not providers:
+            rows.append(gpu + ('none', '-', '-', '-', '-', '-', '-'))
+        for p in providers:
+            mig = p.get('mig')
+            rows.append(gpu + (
+                p['kind'], p['name'], p['resource_class'],
+                p.get('vgpu_type') or '-', p['address'],
+                len(p.get('vfs') or ()) or '-',
+                '%s@%s' % tuple(mig) if mig else '-'))
+    return rows
+
+
 def cmd_report(agent, args):
-    args.json = True
-    return agent.discover().report(generation=agent.next_generation())
+    report = agent.discover().report(generation=agent.next_generation())
+    if not args.providers:
+        args.json = True
+        return report
+    if args.json:
+        return [dict(p, gpu=g['index'], pf=g['address'], model=g['model'])
+                for g in report['gpus'] for p in g.get('providers') or ()]
+    return [PROVIDER_HEADER] + provider_rows(report)
 
 
 COMMANDS = {'list': cmd_list, 'profiles': cmd_profiles,

@@ -10,15 +10,21 @@
 
 Every operation checks its inputs first (unknown type, missing parent, no
 instances left) and undoes its own partial work when a later step fails.
+Each one records its intent in the journal (``nova_gpu.agent.journal``)
+before the first change and drops it after the last, so that reconcile
+can roll back what a crash cut short.
 """
 
+import contextlib
 import shutil
 import time
 import uuid as uuid_mod
 
 from oslo_log import log as logging
+import tenacity
 
 from nova_gpu.agent import errors
+from nova_gpu.agent import journal as journal_mod
 from nova_gpu.agent import privsep
 from nova_gpu.agent import xmlbuild
 
@@ -27,12 +33,23 @@ LOG = logging.getLogger(__name__)
 
 class DeviceManager:
     def __init__(self, sysfs, libvirt=None, nvml=None, timeout=10.0,
-                 check_mdevctl=True):
+                 check_mdevctl=True, journal=None):
         self.sysfs = sysfs
         self.libvirt = libvirt
         self.nvml = nvml
         self.timeout = timeout
         self.check_mdevctl = check_mdevctl
+        # None: intents are kept in memory only (tests, one-shot tools)
+        self.journal = journal or journal_mod.Journal()
+
+    @contextlib.contextmanager
+    def _released_on_error(self, intent):
+        """A removal that failed half-way is finished by reconcile."""
+        try:
+            yield
+        except Exception:
+            self.journal.release(intent)
+            raise
 
     def _need_libvirt(self):
         if self.libvirt is None:
@@ -80,6 +97,8 @@ class DeviceManager:
             raise errors.Unavailable('mdevctl is not installed: libvirt '
                                      'needs it to define mdevs')
         name = None
+        intent = self.journal.begin('mdev_create', uuid=uuid, parent=parent,
+                                    type_id=type_id)
         try:
             name = lv.define_mdev(parent, type_id, uuid)
             lv.start_device(name, autostart=autostart)
@@ -87,12 +106,19 @@ class DeviceManager:
         except Exception:
             LOG.warning('creating mdev %s on %s failed; undoing', uuid,
                         parent)
-            self._undo_mdev(uuid, name)
+            if self._undo_mdev(uuid, name):
+                self.journal.done(intent)
+            else:
+                self.journal.release(intent)
             raise
+        self.journal.done(intent)
         LOG.info('created mdev %s (%s) on %s', uuid, type_id, parent)
         return uuid
 
     def _undo_mdev(self, uuid, name):
+        """Stop and undefine what libvirt knows of ``uuid``; True if done
+        (False leaves the intent for reconcile to retry).
+        """
         lv = self.libvirt
         try:
             known = lv.mdevs().get(uuid)
@@ -103,6 +129,8 @@ class DeviceManager:
                     lv.undefine_device(known['name'])
         except errors.AgentError as e:
             LOG.error('could not undo mdev %s: %s', uuid, e)
+            return False
+        return True
 
     def start_mdev(self, name, uuid):
         """Start a defined mdev (after a reboot) and wait until it is up."""
@@ -135,6 +163,14 @@ class DeviceManager:
         if known is None:
             raise errors.AgentError('mdev %s is active but libvirt does not '
                                     'know it; cannot remove it' % uuid)
+        intent = self.journal.begin('mdev_remove', uuid=uuid)
+        with self._released_on_error(intent):
+            self._remove_known(uuid, known)
+        self.journal.done(intent)
+        LOG.info('removed mdev %s', uuid)
+
+    def _remove_known(self, uuid, known):
+        lv = self.libvirt
         if self.sysfs.mdev_active(uuid):
             self.wait_for(lambda: self._libvirt_active(uuid),
                           'libvirt to see mdev %s active' % uuid)
@@ -147,7 +183,32 @@ class DeviceManager:
         # then, so that the next look at libvirt agrees with sysfs.
         self.wait_for(lambda: uuid not in lv.mdevs(),
                       'libvirt to forget mdev %s' % uuid)
-        LOG.info('removed mdev %s', uuid)
+
+    def rollback_mdev(self, uuid, refs):
+        """Remove mdev ``uuid`` that a cut-short operation left, unless a
+        domain references it. Returns what was done.
+        """
+        if uuid in refs:
+            return 'in use'
+        lv = self._need_libvirt()
+        if self.sysfs.mdev_active(uuid):
+            # libvirt learns of a new device from udev a moment later
+            self.wait_for(lambda: uuid in lv.mdevs(),
+                          'libvirt to see mdev %s' % uuid)
+        if lv.mdevs().get(uuid) is None:
+            return 'absent'
+        # A kill during undefine can leave libvirt listing a definition
+        # mdevctl has already dropped ("No devices match"): libvirt catches
+        # up when it re-reads mdevctl's definitions, so look again.
+        for attempt in tenacity.Retrying(
+                retry=tenacity.retry_if_exception_type(errors.AgentError),
+                stop=tenacity.stop_after_delay(self.timeout),
+                wait=tenacity.wait_fixed(0.2), reraise=True):
+            with attempt:
+                known = lv.mdevs().get(uuid)
+                if known is not None:
+                    self._remove_known(uuid, known)
+        return 'removed'
 
     # -- NVIDIA vendor VFIO vGPU on SR-IOV VFs ----------------------------
 
@@ -174,36 +235,128 @@ class DeviceManager:
             raise errors.NoCapacity('no free VF of %s can take vGPU type %s'
                                     % (address, type_id))
         vf = free[0]
-        rel = 'bus/pci/devices/%s/nvidia/current_vgpu_type' % vf.address
-        privsep.write_sysfs(self.sysfs.root, rel, '%d\n' % int(type_id))
-        if self.sysfs.pci_function(vf.address).current_vgpu_type != \
-                int(type_id):
-            privsep.write_sysfs(self.sysfs.root, rel, '0\n')
+        root = self.sysfs.root
+        intent = self.journal.begin('vf_create', vf=vf.address,
+                                    type_id=int(type_id))
+        try:
+            privsep.set_vgpu_type(root, vf.address, int(type_id))
+            taken = self.sysfs.pci_function(vf.address).current_vgpu_type
+            if taken != int(type_id):
+                privsep.clear_vgpu_type(root, vf.address)
+        except Exception:
+            self.journal.release(intent)  # reconcile clears it
+            raise
+        self.journal.done(intent)
+        if taken != int(type_id):
             raise errors.AgentError('VF %s did not take vGPU type %s'
                                     % (vf.address, type_id))
+        LOG.info('gave VF %s vGPU type %s', vf.address, type_id)
         return vf.address
 
     def remove_vf_vgpu(self, vf_address, refs=None):
+        """Clear the vGPU type of VF ``vf_address`` unless a domain uses
+        it.
+        """
         xmlbuild.check_pci(vf_address)
+        fn = self.sysfs.pci_function(vf_address)
+        if not fn.physfn or fn.current_vgpu_type is None:
+            raise errors.NotFound('%s is not an SR-IOV VF with NVIDIA vendor '
+                                  'VFIO (no nvidia/current_vgpu_type)'
+                                  % vf_address)
         refs = self._need_libvirt().domain_refs() if refs is None else refs
         if vf_address in refs:
             raise errors.InUse('VF %s is used by domain(s) %s'
                                % (vf_address, ', '.join(refs[vf_address])))
-        rel = 'bus/pci/devices/%s/nvidia/current_vgpu_type' % vf_address
-        privsep.write_sysfs(self.sysfs.root, rel, '0\n')
+        intent = self.journal.begin('vf_remove', vf=vf_address)
+        with self._released_on_error(intent):
+            privsep.clear_vgpu_type(self.sysfs.root, vf_address)
+        self.journal.done(intent)
+        LOG.info('cleared the vGPU type of VF %s', vf_address)
+
+    def rollback_vf(self, vf_address, refs):
+        """Clear a VF's vGPU type that a cut-short operation left, unless a
+        domain references the VF. Returns what was done.
+        """
+        if vf_address in refs:
+            return 'in use'
+        try:
+            fn = self.sysfs.pci_function(vf_address)
+        except errors.NotFound:
+            return 'absent'
+        if not fn.current_vgpu_type:
+            return 'absent'
+        privsep.clear_vgpu_type(self.sysfs.root, vf_address)
+        return 'removed'
 
     # -- MIG --------------------------------------------------------------
 
-    def create_mig(self, index, profile, start):
+    def _need_nvml(self):
         if self.nvml is None or not self.nvml.available:
             raise errors.Unavailable('MIG needs NVML: %s' % (
                 self.nvml.reason if self.nvml else 'not configured'))
-        return self.nvml.create_mig(index, profile, start)
+        return self.nvml
+
+    def create_mig(self, index, profile, start):
+        nvml = self._need_nvml()
+        address = nvml.address(index)
+        intent = self.journal.begin(
+            'mig_create', gpu=address, profile=profile.name,
+            start=int(start), memory_slices=profile.memory_slices)
+        try:
+            gi_id = nvml.create_mig(
+                index, profile, start,
+                on_gpu_instance=lambda gi: self.journal.update(intent,
+                                                               gi_id=gi))
+        except errors.AgentError:
+            # create_mig destroyed what it made (or made nothing)
+            self.journal.done(intent)
+            raise
+        except Exception:
+            self.journal.release(intent)  # reconcile destroys it
+            raise
+        self.journal.done(intent)
+        LOG.info('created MIG %s at slice %d on GPU %d (GPU instance %d)',
+                 profile.name, start, index, gi_id)
+        return gi_id
 
     def remove_mig(self, index, gi_id):
-        if self.nvml is None or not self.nvml.available:
-            raise errors.Unavailable('MIG needs NVML')
-        self.nvml.destroy_mig(index, gi_id)
+        nvml = self._need_nvml()
+        used = nvml.mig_in_use(index)
+        if used is None or gi_id in used:
+            raise errors.InUse('MIG GPU instance %d of GPU %d %s' % (
+                gi_id, index, 'has a vGPU on it' if used is not None else
+                'may be in use (NVML cannot list the vGPUs on it)'))
+        intent = self.journal.begin('mig_remove', gpu=nvml.address(index),
+                                    gi_id=int(gi_id))
+        with self._released_on_error(intent):
+            nvml.destroy_mig(index, gi_id)
+        self.journal.done(intent)
+        LOG.info('removed MIG GPU instance %d of GPU %d', gi_id, index)
+
+    def rollback_mig(self, args):
+        """Destroy the MIG GPU instance a cut-short create (or remove) left,
+        with its compute instances, unless a vGPU is on it.
+        """
+        nvml = self._need_nvml()
+        index = nvml.index_of(args.get('gpu'))
+        if index is None:
+            return 'absent'
+        gi_id = args.get('gi_id')
+        if gi_id is None:
+            # killed before the id was recorded: the instance at the slice
+            # the create asked for, if one is there
+            for inst in nvml.mig_instances_of(index):
+                if inst.start == args.get('start') and \
+                        inst.size == args.get('memory_slices'):
+                    gi_id = inst.gi_id
+        if gi_id is None or gi_id not in {
+                i.gi_id for i in nvml.mig_instances_of(index)}:
+            return 'absent'
+        used = nvml.mig_in_use(index)
+        if used is None or gi_id in used:
+            return 'in use'
+        nvml.destroy_mig(index, gi_id)
+        return 'removed'
 
     # -- whole-GPU passthrough --------------------------------------------
 
@@ -234,9 +387,4 @@ class DeviceManager:
         return [xmlbuild.pci_hostdev(m.address) for m in members]
 
     def _bind_vfio(self, fn):
-        root = self.sysfs.root
-        base = 'bus/pci/devices/%s/' % fn.address
-        privsep.write_sysfs(root, base + 'driver_override', 'vfio-pci\n')
-        if fn.driver:
-            privsep.write_sysfs(root, base + 'driver/unbind', fn.address)
-        privsep.write_sysfs(root, 'bus/pci/drivers_probe', fn.address)
+        privsep.bind_vfio_pci(self.sysfs.root, fn.address)

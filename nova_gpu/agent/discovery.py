@@ -4,6 +4,10 @@ Each source is optional. The result is a ``HostInventory``: the core
 ``host.Host`` the scheduler reasons about, plus per-GPU facts only the
 agent needs (IOMMU group, driver, mdev types, VFs, devices), and the host
 GPU report built with ``nova_gpu.core.report``.
+
+The report lists, per physical GPU, every Placement resource provider
+Nova 34 makes for it or a part of it (``GpuRecord.providers``), named by
+the wire contract's functions in ``nova_gpu.core.report`` only.
 """
 
 import dataclasses
@@ -21,9 +25,12 @@ LOG = logging.getLogger(__name__)
 _VENDOR_PREFIX = re.compile(r'^(GRID|NVIDIA)\s+', re.I)
 
 
-def provider_name(nodename, address):
-    """Name nova-compute gives the resource provider of a PCI GPU."""
-    return '%s_pci_%s' % (nodename, re.sub(r'[:.]', '_', address))
+# Why a MIG-backed VF's provider carries no MIG slot (yet): nvml.py reads
+# GPU instances but no vGPU instances, so nothing maps a VF to the GPU
+# instance behind it (NVML tells that only for a running vGPU, through
+# nvmlDeviceGetActiveVgpus + nvmlVgpuInstanceGetGpuInstanceId).
+MIG_SLOT_UNKNOWN = ('NVML does not say which GPU instance backs the vGPU '
+                    'of a VF')
 
 
 def trait_part(text):
@@ -45,6 +52,8 @@ class GpuRecord:
     vf_vgpus: dict = dataclasses.field(default_factory=dict)  # vf -> id
     mig_slots: list = dataclasses.field(default_factory=list)
     vf_functions: tuple = ()            # sysfs.PciFunction of each VF
+    # mdev parent address (PF or VF) -> UUIDs of the mdevs on it
+    mdev_parents: dict = dataclasses.field(default_factory=dict)
 
     @property
     def vgpu_profiles(self):
@@ -73,13 +82,169 @@ class GpuRecord:
             result.append('CUSTOM_GPU_MIG')
         return result
 
-    def provider_addresses(self):
-        """The PF, plus VFs that are mdev parents.
+    def providers(self, nodename, resource_classes=None):
+        """Every Placement provider Nova 34 makes for this GPU.
 
-        Nova gives each mdev parent its own resource provider.
+        One dict per provider (``name``, ``kind``, ``address``,
+        ``resource_class``, ``vgpu_type``, ``vfs``, ``mig``), in the
+        order: PF, then VFs. Which shape the GPU has is read from sysfs:
+
+        * mdev types on the PF (T4, V100, P100): one ``pf_mdev`` VGPU
+          provider. nova/virt/libvirt/driver.py ``_get_mdev_capable_devices``
+          lists every mdev-capable device and ``_ensure_pgpu_providers``
+          makes one child provider ``<nodename>_pci_<address>`` for each.
+        * SR-IOV + mdev (mdev types on the VFs, NVIDIA vGPU 16 and older):
+          the same code makes one ``vf_mdev`` VGPU provider per VF.
+        * NVIDIA vendor-specific VFIO (VFs with ``nvidia/current_vgpu_type``
+          and no mdev types, vGPU 17+): PCI in Placement. In
+          nova/compute/pci_placement_translator.py a VF is a child device
+          whose provider is named after its parent, ``PlacementView.
+          _get_rp_name_for_child`` -> ``_get_rp_name_for_address
+          (dev.parent_addr)`` = ``<hypervisor hostname>_<PF ADDRESS>``, so
+          the VFs of one PF are pooled in one ``pci_pool`` provider.
+        * Whole-GPU passthrough (PF bound to vfio-pci, no VFs, no mdev
+          types): a parent device with its own provider
+          ``<hypervisor hostname>_<ADDRESS>`` (``pci_device``).
+
+        ``resource_classes`` maps a PF address, a catalog vGPU type name or
+        a PCI product id to the resource class the operator's ``[pci]
+        device_spec`` gives those devices; without an entry it is Nova's
+        default ``CUSTOM_PCI_<vendor>_<product>``
+        (``pci_placement_translator.get_resource_class``).
         """
-        return [self.address] + [vf.address for vf in self.vfs()
-                                 if vf.mdev_types]
+        result = []
+        pf = self.pci
+        if pf is None:  # known to NVML only: Nova cannot see it either
+            return result
+        if pf.mdev_types:
+            result.append(_provider(
+                report_mod.PF_MDEV,
+                report_mod.mdev_provider_name(nodename, pf.address),
+                pf.address, report_mod.VGPU_RC, self._mdev_type(pf)))
+        for vf in self.vfs():
+            if vf.mdev_types:
+                result.append(_provider(
+                    report_mod.VF_MDEV,
+                    report_mod.mdev_provider_name(nodename, vf.address),
+                    vf.address, report_mod.VGPU_RC, self._mdev_type(vf),
+                    mig=self._mig_slot(vf)))
+        pooled = [vf for vf in self.vfs() if vf.vendor_vfio]
+        if pooled:
+            vgpu_type = self._pool_type(pooled)
+            rc = _resource_class(resource_classes, pooled[0],
+                                 (self.address, vgpu_type))
+            result.append(_provider(
+                report_mod.PCI_POOL,
+                report_mod.pci_provider_name(nodename, self.address),
+                self.address, rc, vgpu_type,
+                vfs=[vf.address for vf in pooled]))
+        elif not result and not self.vfs() and pf.driver == 'vfio-pci':
+            result.append(_provider(
+                report_mod.PCI_DEVICE,
+                report_mod.pci_provider_name(nodename, self.address),
+                self.address,
+                _resource_class(resource_classes, pf, (self.address,)),
+                None))
+        return result
+
+    def _catalog_type(self, name):
+        """Catalog vGPU type of a driver's type name, or None."""
+        name = _VENDOR_PREFIX.sub('', name or '')
+        if name in self.model.vgpu_profiles:
+            return name
+        if name:
+            LOG.debug('GPU %s: vGPU type %r is not in the catalog model %s',
+                      self.address, name, self.model.name)
+        return None
+
+    def _mdev_type(self, fn):
+        """The vGPU type Nova exposes on mdev parent ``fn``.
+
+        Nova exposes one type per parent: the ``[mdev_<type>]
+        device_addresses`` one, else the default enabled type
+        (driver.py ``_get_vgpu_type_per_pgpu``). The agent does not read
+        nova.conf, so it takes the type of an mdev already on the parent
+        (Nova made it with the enabled type), else of any mdev on the
+        same GPU (equal-size mode: one type per physical GPU), else the
+        only type the parent offers or has room for; None if that still
+        leaves a choice.
+        """
+        types = fn.mdev_types
+        names = [name for uuid, name in self.mdevs
+                 if uuid in self.mdev_parents.get(fn.address, ())]
+        names = names or [name for _, name in self.mdevs]
+        if names:
+            return self._catalog_type(names[0])
+        offered = list(types.values())
+        if len(offered) != 1:
+            offered = [t for t in offered if t.available > 0]
+        if len(offered) == 1:
+            return self._catalog_type(offered[0].name)
+        return None
+
+    def vf_type_name(self, vf):
+        """Driver name of the vGPU type preset on ``vf`` (None if unknown).
+
+        A VF may no longer list its own type as creatable; NVML names it.
+        """
+        type_id = vf.current_vgpu_type
+        names = dict(self.nvml.supported_vgpu_types) if self.nvml else {}
+        names.update(vf.creatable_vgpu_types)
+        return names.get(type_id)
+
+    def _pool_type(self, vfs):
+        """The vGPU type preset on the pooled VFs (None if none or mixed).
+
+        One pool has one resource class in Placement
+        (``PciResourceProvider.add_child`` refuses mixed classes), so one
+        type per pool is what Nova can serve.
+        """
+        preset = {self._catalog_type(self.vf_type_name(vf))
+                  for vf in vfs if vf.current_vgpu_type}
+        if len(preset) > 1:
+            LOG.warning('GPU %s: its VFs have different vGPU types preset '
+                        '(%s); one Placement pool serves one type',
+                        self.address, ', '.join(sorted(map(str, preset))))
+            return None
+        return preset.pop() if preset else None
+
+    def _mig_slot(self, vf):
+        """[MIG profile, start] of the GPU instance behind ``vf``'s vGPU.
+
+        Always None today; see ``MIG_SLOT_UNKNOWN``.
+        """
+        return None
+
+
+def _provider(kind, name, address, resource_class, vgpu_type, vfs=(),
+              mig=None):
+    return {'name': name, 'kind': kind, 'address': address,
+            'resource_class': resource_class, 'vgpu_type': vgpu_type,
+            'vfs': list(vfs), 'mig': list(mig) if mig else None}
+
+
+def normalise_resource_class(name):
+    """What Nova makes of a ``device_spec`` ``resource_class`` tag.
+
+    Upper case; anything but the standard PGPU/VGPU classes becomes
+    ``CUSTOM_<NAME>`` with other characters as ``_``
+    (pci_placement_translator ``_normalize_resource_class``).
+    """
+    name = str(name).upper()
+    if name in (report_mod.VGPU_RC, 'PGPU') or name.startswith('CUSTOM_'):
+        return name
+    return 'CUSTOM_' + re.sub(r'[^A-Z0-9_]', '_', name)
+
+
+def _resource_class(mapping, fn, keys):
+    """Resource class of PCI device ``fn`` (first key of ``mapping`` that
+    matches ``keys`` or its product id), else Nova's default.
+    """
+    for key in tuple(keys) + (fn.device_id,):
+        if mapping and key and key in mapping:
+            return normalise_resource_class(mapping[key])
+    return report_mod.pci_default_resource_class(fn.vendor_id,
+                                                 fn.device_id)
 
 
 @dataclasses.dataclass
@@ -88,18 +253,33 @@ class HostInventory:
     gpus: list
     nodename: str
     sources: dict
+    resource_classes: dict = None        # see GpuRecord.providers
+
+    def providers(self):
+        """GPU index -> every provider of that GPU (report dicts)."""
+        return {g.index: g.providers(self.nodename, self.resource_classes)
+                for g in self.gpus}
 
     def report(self, generation=0):
+        providers = self.providers()
+        if report_mod.VERSION >= 2:
+            by_index = providers
+        else:  # schema 1: one provider name per GPU
+            by_index = {i: p[0]['name'] if p else None
+                        for i, p in providers.items()}
         data = report_mod.host_to_dict(
             self.host, nodename=self.nodename, generation=generation,
-            providers={g.index: provider_name(self.nodename, g.address)
-                       for g in self.gpus},
+            providers=by_index,
             devices={g.index: self._devices(g) for g in self.gpus})
         # Additive fields (ignored by report.host_from_dict): what the
         # agent knows beyond the scheduling model.
         data['agent'] = {'sources': self.sources}
         for raw, g in zip(data['gpus'], self.gpus):
             pci = g.pci
+            raw['providers'] = providers[g.index]
+            # Schema 1 field, kept for older schedulers: the first one.
+            raw['provider'] = (providers[g.index][0]['name']
+                               if providers[g.index] else None)
             raw['traits'] = g.traits()
             raw['nvlink_domain'] = g.nvlink_domain
             raw['iommu_group'] = pci.iommu_group if pci else None
@@ -135,7 +315,9 @@ class HostInventory:
 
 class Discovery:
     def __init__(self, sysfs, nvml=None, catalog=None, host='localhost',
-                 nodename=None, libvirt=None, cpu_milli=0, memory_mib=0):
+                 nodename=None, libvirt=None, cpu_milli=0, memory_mib=0,
+                 resource_classes=None):
+        self.resource_classes = dict(resource_classes or {})
         self.sysfs = sysfs
         self.nvml = nvml
         self.catalog = catalog or catalog_mod.load_catalog()
@@ -202,7 +384,8 @@ class Discovery:
         for r in records:
             self._account(host.gpus[r.index], r)
         return HostInventory(host=host, gpus=records,
-                             nodename=self.nodename, sources=sources)
+                             nodename=self.nodename, sources=sources,
+                             resource_classes=self.resource_classes)
 
     @staticmethod
     def _account(gpu, record):
@@ -276,6 +459,8 @@ class Discovery:
             by_parent.setdefault(m.parent, []).append(m)
         for r in records:
             parents = [r.address] + [vf.address for vf in r.vfs()]
+            r.mdev_parents = {
+                p: {m.uuid for m in by_parent.get(p, ())} for p in parents}
             for parent in parents:
                 fn = r.pci if parent == r.address else next(
                     vf for vf in r.vfs() if vf.address == parent)
@@ -285,8 +470,7 @@ class Discovery:
                     r.mdevs.append((m.uuid, name))
             for vf in r.vfs():
                 if vf.current_vgpu_type:
-                    name = vf.creatable_vgpu_types.get(
-                        vf.current_vgpu_type, str(vf.current_vgpu_type))
+                    name = r.vf_type_name(vf) or str(vf.current_vgpu_type)
                     r.vf_vgpus[vf.address] = _VENDOR_PREFIX.sub('', name)
             if r.nvml is not None and r.nvml.mig_enabled and \
                     r.model.mig_capable:
@@ -308,4 +492,4 @@ def mig_profile_name(model, inst):
 def _nodedev_address(info):
     path = info.get('path') or ''
     tail = path.rstrip('/').rsplit('/', 1)[-1]
-    return tail if sysfs_mod.PCI_ADDR_RE.match(tail) else None
+    return tail if sysfs_mod.is_pci_address(tail) else None

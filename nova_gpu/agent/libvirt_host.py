@@ -9,6 +9,7 @@ fresh connection a few times, then reported as ``Unavailable``.
 import time
 
 from oslo_log import log as logging
+import tenacity
 
 from nova_gpu.agent import errors
 from nova_gpu.agent import xmlbuild
@@ -23,6 +24,14 @@ else:
     # Errors reach the agent as exceptions with clear messages; keep
     # libvirt from also printing every one of them on stderr.
     libvirt.registerErrorHandler(lambda ctx, err: None, None)
+
+
+class _Unreachable(Exception):
+    """libvirtd did not answer (retried); ``cause`` says why."""
+
+    def __init__(self, cause):
+        super().__init__(str(cause))
+        self.cause = cause
 
 
 def _is_connection_error(exc):
@@ -68,8 +77,7 @@ class LibvirtHost:
 
     def call(self, what, fn):
         """Run ``fn(conn)``; reconnect and retry while libvirtd is away."""
-        last = None
-        for attempt in range(self.retries + 1):
+        def once():
             try:
                 return fn(self._connect())
             except libvirt.libvirtError as e:
@@ -79,14 +87,24 @@ class LibvirtHost:
                 if not _is_connection_error(e) and self._conn_alive():
                     raise errors.AgentError('%s failed: %s' % (
                         what, e.get_error_message() or e)) from e
-                last = e
                 self._conn = None
-                if attempt < self.retries:
-                    LOG.warning('libvirt at %s unreachable during %s (%s); '
-                                'retrying', self.uri, what, e)
-                    time.sleep(self.retry_delay * (attempt + 1))
-        raise errors.Unavailable('libvirtd at %s is not reachable (%s): %s'
-                                 % (self.uri, what, last)) from last
+                raise _Unreachable(e) from e
+
+        def warn(state):
+            LOG.warning('libvirt at %s unreachable during %s (%s); '
+                        'retrying', self.uri, what,
+                        state.outcome.exception().cause)
+        try:
+            return tenacity.Retrying(
+                retry=tenacity.retry_if_exception_type(_Unreachable),
+                stop=tenacity.stop_after_attempt(self.retries + 1),
+                wait=tenacity.wait_incrementing(self.retry_delay,
+                                                self.retry_delay),
+                before_sleep=warn, reraise=True)(once)
+        except _Unreachable as e:
+            raise errors.Unavailable(
+                'libvirtd at %s is not reachable (%s): %s'
+                % (self.uri, what, e.cause)) from e.cause
 
     def _conn_alive(self):
         if self._conn is None:

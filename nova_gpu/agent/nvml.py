@@ -183,6 +183,46 @@ class Nvml:
         except self.lib.NVMLError as e:
             raise errors.NotFound('GPU %d: %s' % (index, e)) from e
 
+    def address(self, index):
+        """PCI address of GPU ``index`` (journal entries name GPUs by it:
+        indexes can change across reboots).
+        """
+        return normalise_bus_id(
+            self.lib.nvmlDeviceGetPciInfo(self._handle(index)).busId)
+
+    def index_of(self, address):
+        """Index of the GPU at PCI ``address``, or None."""
+        if not self.available:
+            return None
+        for index in range(self.lib.nvmlDeviceGetCount()):
+            if self.address(index) == address:
+                return index
+        return None
+
+    def mig_enabled(self, index):
+        mode = self._try(self.lib.nvmlDeviceGetMigMode, self._handle(index))
+        return bool(mode and mode[0] == self.lib.NVML_DEVICE_MIG_ENABLE)
+
+    def mig_instances_of(self, index):
+        return self.mig_instances(self._handle(index))
+
+    def mig_in_use(self, index):
+        """GPU instance ids of GPU ``index`` that a vGPU runs on.
+
+        None when NVML cannot tell (no vGPU support in the driver, an
+        error): the caller must then treat every instance as in use.
+        """
+        lib = self.lib
+        dev = self._handle(index)
+        try:
+            vgpus = lib.nvmlDeviceGetActiveVgpus(dev)
+            return {int(lib.nvmlVgpuInstanceGetGpuInstanceId(v))
+                    for v in vgpus}
+        except (lib.NVMLError, AttributeError) as e:
+            LOG.debug('GPU %d: cannot list the vGPUs on MIG instances: %s',
+                      index, e)
+            return None
+
     def mig_instances(self, dev):
         lib = self.lib
         found = []
@@ -207,12 +247,14 @@ class Nvml:
                     memory_mib=info.memorySizeMB))
         return sorted(found, key=lambda m: m.start)
 
-    def create_mig(self, index, profile, start):
+    def create_mig(self, index, profile, start, on_gpu_instance=None):
         """Create a GPU instance of catalog ``profile`` at ``start`` plus one
         compute instance spanning it; return the GPU instance id.
 
         If the compute instance cannot be made the GPU instance is
         destroyed again, so no half-made device is left.
+        ``on_gpu_instance(gi_id)`` is called between the two steps (the
+        device manager journals the id).
         """
         lib = self.lib
         dev = self._handle(index)
@@ -233,6 +275,8 @@ class Nvml:
             raise errors.AgentError('GPU %d: cannot create MIG %s at slice '
                                     '%d: %s' % (index, profile.name, start,
                                                 e)) from e
+        if on_gpu_instance is not None:
+            on_gpu_instance(lib.nvmlGpuInstanceGetInfo(gi).id)
         try:
             ci_profile = getattr(lib, 'NVML_COMPUTE_INSTANCE_PROFILE_%d_SLICE'
                                  % profile.compute_slices)

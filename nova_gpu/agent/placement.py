@@ -7,7 +7,6 @@ has not created yet. Topology traits reach the providers through the
 provider config file (``provider_config``), never through this API.
 """
 
-import os_traits
 from oslo_log import log as logging
 
 LOG = logging.getLogger(__name__)
@@ -28,6 +27,9 @@ class PlacementReader:
         """{name: {'uuid', 'generation', 'traits', 'owner_nova'}} of the
         providers that exist; missing names are left out.
         """
+        # Imported here: only a host that reads Placement needs os-traits
+        # (with openstacksdk); the agent and the CLI run without them.
+        import os_traits
         found = {}
         for name in names:
             rps = list(self.placement.resource_providers(name=name))
@@ -44,10 +46,18 @@ class PlacementReader:
         return found
 
     def annotate(self, report):
-        """Add ``provider_uuid`` (and what is missing) to a report."""
-        names = [g['provider'] for g in report['gpus'] if g.get('provider')]
+        """Add the providers' UUIDs (and what is missing) to a report.
+
+        Each GPU gets ``provider_uuids`` ({provider name: UUID or None},
+        for every provider it lists) and ``provider_uuid`` (schema 1: the
+        first provider's).
+        """
+        names = sorted({p['name'] for p in _providers(report)})
         found = self.providers(names)
         for g in report['gpus']:
+            g['provider_uuids'] = {
+                p['name']: (found.get(p['name']) or {}).get('uuid')
+                for p in _providers({'gpus': [g]})}
             info = found.get(g.get('provider'))
             g['provider_uuid'] = info['uuid'] if info else None
         missing = sorted(set(names) - set(found))
@@ -56,3 +66,12 @@ class PlacementReader:
                         'creates them): %s', ', '.join(missing))
         report.setdefault('agent', {})['placement_missing'] = missing
         return report
+
+
+def _providers(report):
+    """Every provider dict of a report; a schema 1 GPU gives its name."""
+    for g in report['gpus']:
+        listed = g.get('providers')
+        if listed is None and g.get('provider'):
+            listed = [{'name': g['provider']}]
+        yield from listed or ()

@@ -1,8 +1,15 @@
 """Root-only operations of the agent, through oslo.privsep.
 
-Only writes to a short list of sysfs files are allowed, each checked
-against a pattern, so that the privileged side cannot be talked into
-writing elsewhere.
+Each entry point does one thing a GPU agent needs (set a VF's vGPU type,
+clear it, bind a PCI function to vfio-pci), as os-brick's do: the sysfs
+paths are built here, in the privileged code, from arguments checked here
+(a PCI address, a bounded integer type id). Nothing the unprivileged side
+sends can name another file.
+
+``root`` is where sysfs is mounted: ``/sys`` on a host, a fake tree in
+tests. It must be an absolute, normalised path to a directory that looks
+like sysfs (``bus/pci/devices``), and every device path built below it
+must stay within it once symlinks are resolved.
 """
 
 import os
@@ -19,10 +26,11 @@ sys_admin_pctxt = priv_context.PrivContext(
                   capabilities.CAP_DAC_OVERRIDE],
 )
 
-_PCI = r'[0-9a-f]{4}:[0-9a-f]{2}:[0-1][0-9a-f]\.[0-7]'
-WRITABLE = re.compile(
-    r'^bus/pci/(devices/%s/(nvidia/current_vgpu_type|driver_override|'
-    r'driver/unbind)|drivers/[A-Za-z0-9_-]+/bind|drivers_probe)$' % _PCI)
+# \A...\Z: a trailing newline ("0000:3b:00.0\n") is refused, which $ would
+# let through.
+PCI_ADDR_RE = re.compile(r'\A[0-9a-f]{4}:[0-9a-f]{2}:[0-1][0-9a-f]\.[0-7]\Z')
+MAX_VGPU_TYPE_ID = 2 ** 31 - 1
+VFIO_DRIVER = 'vfio-pci'
 
 
 def use_in_process():
@@ -30,10 +38,89 @@ def use_in_process():
     sys_admin_pctxt.set_client_mode(False)
 
 
-@sys_admin_pctxt.entrypoint
-def write_sysfs(root, relpath, value):
-    if not os.path.isabs(root) or not WRITABLE.match(relpath):
-        raise PermissionError('refusing to write %r below %r'
-                              % (relpath, root))
-    with open(os.path.join(root, relpath), 'w') as f:
+def _check_root(root):
+    if not isinstance(root, str) or not os.path.isabs(root) or \
+            os.path.normpath(root) != root.rstrip('/') or '\0' in root:
+        raise PermissionError('sysfs root must be an absolute, normalised '
+                              'path: %r' % (root,))
+    if not os.path.isdir(os.path.join(root, 'bus', 'pci', 'devices')):
+        raise PermissionError('sysfs root %r has no bus/pci/devices: not '
+                              'a sysfs tree' % (root,))
+    return root
+
+
+def _check_address(address):
+    if not isinstance(address, str) or not PCI_ADDR_RE.match(address):
+        raise ValueError('not a PCI address (DDDD:BB:SS.F, lower-case '
+                         'hex): %r' % (address,))
+    return address
+
+
+def _check_type_id(type_id):
+    if isinstance(type_id, bool) or not isinstance(type_id, int) or \
+            not 0 < type_id <= MAX_VGPU_TYPE_ID:
+        raise ValueError('vGPU type id must be an integer from 1 to %d: %r'
+                         % (MAX_VGPU_TYPE_ID, type_id))
+    return type_id
+
+
+def _device_dir(root, address):
+    """``<root>/bus/pci/devices/<address>``, checked to resolve inside
+    ``<root>/devices`` (a PCI device's real directory).
+    """
+    root = _check_root(root)
+    base = os.path.join(root, 'bus', 'pci', 'devices',
+                        _check_address(address))
+    real = os.path.realpath(base)
+    if not real.startswith(os.path.realpath(os.path.join(root, 'devices'))
+                           + os.sep) or not os.path.isdir(real):
+        raise FileNotFoundError('no PCI device %s below %s'
+                                % (address, root))
+    return base
+
+
+def _write(path, value):
+    with open(path, 'w') as f:
         f.write(value)
+
+
+def _write_vgpu_type(root, address, value):
+    path = os.path.join(_device_dir(root, address), 'nvidia',
+                        'current_vgpu_type')
+    if not os.path.isfile(path):
+        raise FileNotFoundError('%s has no nvidia/current_vgpu_type: not a '
+                                'VF of an NVIDIA vendor VFIO GPU' % address)
+    _write(path, '%d\n' % value)
+
+
+@sys_admin_pctxt.entrypoint
+def set_vgpu_type(root, address, type_id):
+    """Give SR-IOV VF ``address`` the NVIDIA vGPU type ``type_id``.
+
+    Writes the decimal id to ``<root>/bus/pci/devices/<address>/nvidia/
+    current_vgpu_type`` (NVIDIA vendor VFIO, vGPU 17+).
+    """
+    _write_vgpu_type(root, address, _check_type_id(type_id))
+
+
+@sys_admin_pctxt.entrypoint
+def clear_vgpu_type(root, address):
+    """Free SR-IOV VF ``address``: write ``0`` to its
+    ``nvidia/current_vgpu_type``.
+    """
+    _write_vgpu_type(root, address, 0)
+
+
+@sys_admin_pctxt.entrypoint
+def bind_vfio_pci(root, address):
+    """Bind PCI function ``address`` to vfio-pci.
+
+    Sets its ``driver_override`` to ``vfio-pci``, unbinds it from its
+    current driver (if any) and asks the kernel to probe it again
+    (``bus/pci/drivers_probe``), as ``driverctl`` does.
+    """
+    base = _device_dir(root, address)
+    _write(os.path.join(base, 'driver_override'), VFIO_DRIVER + '\n')
+    if os.path.lexists(os.path.join(base, 'driver')):
+        _write(os.path.join(base, 'driver', 'unbind'), address)
+    _write(os.path.join(root, 'bus', 'pci', 'drivers_probe'), address)

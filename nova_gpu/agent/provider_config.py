@@ -1,31 +1,33 @@
 """Topology traits for nova-compute, as a provider config YAML file.
 
-nova-compute owns the resource providers of physical GPUs
-(``<nodename>_pci_<address>``) and resets their traits at every periodic
-update, so traits set through the Placement API vanish. Traits listed in a
-provider config file (``[compute] provider_config_location``) are merged
-back by nova-compute at every update. nova-compute reads the file when it
-starts: restart it after the file changed (``write`` says whether it did).
+nova-compute owns the resource providers of physical GPUs and of their
+parts (every provider ``HostInventory.providers`` names: mdev parents
+``<nodename>_pci_<address>`` and PCI in Placement ``<nodename>_<ADDRESS>``)
+and resets their traits at every periodic update, so traits set through
+the Placement API vanish. Traits listed in a provider config file
+(``[compute] provider_config_location``) are merged back by nova-compute
+at every update, after the PCI in Placement providers are updated too
+(nova/compute/resource_tracker.py ``_update_to_placement``:
+``update_provider_tree_for_pci`` then ``_merge_provider_configs``).
+nova-compute reads the file when it starts: restart it after the file
+changed (``write`` says whether it did).
 """
 
 import os
 
 import yaml
 
-from nova_gpu.agent import discovery
-
 SCHEMA_VERSION = '1.0'
 
 
 def document(inventory):
     providers = []
+    by_index = inventory.providers()
     for gpu in inventory.gpus:
         traits = sorted(gpu.traits())
-        for address in gpu.provider_addresses():
+        for provider in by_index[gpu.index]:
             providers.append({
-                'identification': {
-                    'name': discovery.provider_name(inventory.nodename,
-                                                    address)},
+                'identification': {'name': provider['name']},
                 'traits': {'additional': traits}})
     return {'meta': {'schema_version': SCHEMA_VERSION},
             'providers': providers}

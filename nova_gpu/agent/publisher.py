@@ -20,13 +20,16 @@ import uuid
 from oslo_log import log as logging
 import oslo_messaging
 
+from nova_gpu.core import report as report_mod
+
 LOG = logging.getLogger(__name__)
-EVENT_TYPE = 'gpu.host.report'
+# The wire contract lives in nova_gpu.core.report.
+EVENT_TYPE = report_mod.EVENT_TYPE
 
 
 class ReportPublisher:
     def __init__(self, conf, topic, outbox_dir, outbox_max=100, url=None,
-                 publisher_id='nova-gpu-agent', retry=1, exchange=None):
+                 publisher_id=report_mod.PUBLISHER, retry=1, exchange=None):
         self.transport = oslo_messaging.get_notification_transport(
             conf, url=url)
         # exchange None: the transport's control_exchange

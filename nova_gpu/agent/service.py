@@ -54,8 +54,9 @@ def main(argv=None):
         while not stop.is_set():
             try:
                 result = agent.cycle(publisher)
-                LOG.info('GPU cycle: %d GPUs, reconcile %.3fs, discovery '
-                         '%.3fs, %s reports unsent',
+                LOG.info('GPU cycle: report generation %d, %d GPUs, '
+                         'reconcile %.3fs, discovery %.3fs, %s reports '
+                         'unsent', result['report']['generation'],
                          len(result['report']['gpus']),
                          result['timings']['reconcile_s'],
                          result['timings']['discover_s'],

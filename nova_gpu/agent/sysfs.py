@@ -13,11 +13,25 @@ import re
 from nova_gpu.agent import errors
 
 NVIDIA_VENDOR = '0x10de'
-PCI_ADDR_RE = re.compile(r'^[0-9a-f]{4}:[0-9a-f]{2}:[0-1][0-9a-f]\.[0-7]$')
-UUID_RE = re.compile(r'^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-'
-                     r'[0-9a-f]{12}$')
+# Anchored with \A...\Z, never '^...$': '$' also matches before a final
+# newline, so '0000:3b:00.0\n' (as read from a file) would pass. Other
+# modules use these patterns with .match().
+PCI_ADDR_RE = re.compile(
+    r'\A[0-9a-f]{4}:[0-9a-f]{2}:[0-1][0-9a-f]\.[0-7]\Z')
+UUID_RE = re.compile(r'\A[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-'
+                     r'[0-9a-f]{12}\Z')
 # GPU (0x0300 VGA, 0x0302 3D controller)
 GPU_CLASSES = ('0x030000', '0x030200')
+
+
+def is_pci_address(text):
+    """True if ``text`` is exactly a PCI address (``0000:3b:00.0``)."""
+    return isinstance(text, str) and PCI_ADDR_RE.fullmatch(text) is not None
+
+
+def is_uuid(text):
+    """True if ``text`` is exactly a lower-case UUID."""
+    return isinstance(text, str) and UUID_RE.fullmatch(text) is not None
 
 
 @dataclasses.dataclass
@@ -43,7 +57,16 @@ class PciFunction:
     vfs: tuple = ()               # VFs of a PF
     mdev_types: dict = dataclasses.field(default_factory=dict)
     creatable_vgpu_types: dict = dataclasses.field(default_factory=dict)
-    current_vgpu_type: int = None
+    current_vgpu_type: int = None  # None: no NVIDIA vendor VFIO files
+    vendor_id: str = NVIDIA_VENDOR[2:]
+
+    @property
+    def vendor_vfio(self):
+        """A VF of NVIDIA's vendor-specific VFIO driver (vGPU 17+).
+
+        It shows ``nvidia/current_vgpu_type`` and no mdev types.
+        """
+        return self.current_vgpu_type is not None and not self.mdev_types
 
     @property
     def pcie_switch(self):
@@ -102,6 +125,17 @@ class Sysfs:
     def exists(self):
         return os.path.isdir(self.path('bus', 'pci', 'devices'))
 
+    def check(self):
+        """Raise ``NotFound`` unless the root shows a PCI bus."""
+        if not os.path.isdir(self.root):
+            raise errors.NotFound('sysfs root %s does not exist'
+                                  % self.root)
+        if not self.exists():
+            raise errors.NotFound('sysfs root %s has no PCI bus (no %s); '
+                                  'is sysfs mounted there?'
+                                  % (self.root, self.path('bus', 'pci',
+                                                          'devices')))
+
     # -- PCI --------------------------------------------------------------
 
     def pci_addresses(self):
@@ -122,7 +156,7 @@ class Sysfs:
         return result
 
     def pci_function(self, addr):
-        if not PCI_ADDR_RE.match(addr or ''):
+        if not is_pci_address(addr):
             raise errors.InvalidName('not a PCI address: %r' % (addr,))
         base = self.path('bus', 'pci', 'devices', addr)
         if not os.path.isdir(base):
@@ -131,7 +165,7 @@ class Sysfs:
         real = os.path.realpath(base)
         rel = os.path.relpath(real, os.path.realpath(self.path('devices')))
         parts = rel.split(os.sep)
-        bridges = tuple(p for p in parts[1:-1] if PCI_ADDR_RE.match(p))
+        bridges = tuple(p for p in parts[1:-1] if is_pci_address(p))
         group = _link_name(os.path.join(base, 'iommu_group'))
         members = ()
         if group is not None:
@@ -146,6 +180,8 @@ class Sysfs:
         fn = PciFunction(
             address=addr,
             device_id=(_read(os.path.join(base, 'device')) or '')[2:],
+            vendor_id=(_read(os.path.join(base, 'vendor'))
+                       or NVIDIA_VENDOR)[2:],
             numa_node=max(int(numa), 0) if numa.lstrip('-').isdigit()
             else 0,
             iommu_group=int(group) if group and group.isdigit() else None,

@@ -9,7 +9,8 @@ import importlib
 import sys
 import traceback
 
-MODULES = ('sim_bench', 'scheduler_cost', 'agent_bench', 'core_bench')
+MODULES = ('sim_bench', 'scheduler_cost', 'agent_bench', 'core_bench',
+           'reliability')
 
 
 def main(argv=None):
@@ -42,6 +43,8 @@ def main(argv=None):
             if name == 'sim_bench':
                 ok = module.run(results_dir=args.results_dir,
                                 quick=args.quick)
+            elif name == 'reliability':
+                ok = module.run(quick=args.quick)
             else:
                 ok = module.run()
             if ok is False:

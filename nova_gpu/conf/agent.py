@@ -29,14 +29,27 @@ opts = [
                     'start persistent mdevs, remove orphans) and reports. '
                     '0 runs once at start only.'),
     cfg.BoolOpt('remove_orphans', default=True,
-                help='Remove mediated devices that no defined libvirt '
-                     'domain references. A device referenced by any '
-                     'domain, running or not, is never touched.'),
+                help='Remove GPU devices nothing uses: mediated devices '
+                     'and SR-IOV VFs with a vGPU type that no defined '
+                     'libvirt domain references, and MIG GPU instances '
+                     'with no vGPU on them. A device referenced by any '
+                     'domain, running or not, is never touched. Devices '
+                     'that an agent operation cut short by a crash left '
+                     'half-made are rolled back whatever this says.'),
     cfg.IntOpt('orphan_grace_period', default=300, min=0,
                help='Seconds a device must have been seen unused before '
                     'it counts as an orphan, so that a device nova-compute '
                     'just created for a guest that is still being defined '
-                    'is left alone.'),
+                    'is left alone. The first-seen times are kept in the '
+                    'journal in state_dir, so agent restarts do not reset '
+                    'them.'),
+    cfg.StrOpt('state_dir', default='/var/lib/nova-gpu',
+               help='Directory of the agent\'s durable state: the intent '
+                    'journal (journal.json), where every device change is '
+                    'recorded before it starts and dropped once it is '
+                    'done, so that reconcile rolls back what a crash cut '
+                    'short, and the orphan first-seen times. Empty keeps '
+                    'them in memory only (nothing survives a restart).'),
     cfg.FloatOpt('device_timeout', default=10.0, min=0.1,
                  help='Seconds to wait for a device to appear in or '
                       'disappear from sysfs after asking for it.'),

@@ -41,6 +41,17 @@ opts = [
                      'on the notification transport of nova.conf).'),
     cfg.StrOpt('report_topic', default='nova_gpu_reports',
                help='Notification topic the agents publish GPU reports on.'),
+    cfg.IntOpt('generation_reset_after', default=300, min=1,
+               help='Seconds after which a GPU report whose generation is '
+                    'lower than the one the view holds for that host is '
+                    'accepted anyway (logged at WARNING). Within this '
+                    'time such a report is an out-of-order delivery and '
+                    'is ignored; after it, the agent\'s generations went '
+                    'back (its clock was ahead and was set back), and '
+                    'ignoring them would freeze the host\'s view. A '
+                    'report from a new agent run (another boot_id) is '
+                    'accepted at once. Keep it above the agent\'s '
+                    'reconcile_interval.'),
     cfg.IntOpt('pending_claim_ttl', default=300, min=1,
                help='Seconds a GPU placement the scheduler just chose is '
                     'counted in its view before the host\'s next report '

@@ -1,12 +1,16 @@
 """The GPU catalog: models, vGPU profiles and MIG placement rules as data.
 
 The catalog ships as ``data/gpu_catalog.yaml`` and operators can add or
-override models with their own files (``[gpu] catalog_files``). Every file
-is validated on load; errors name the file, the entry and the field.
+replace models with their own files (``[gpu] catalog_files``). Every file
+is parsed against one typed schema (``MODEL`` and the records it holds)
+at this boundary; errors name the file, the entry and the field, and
+nothing else escapes the loader.
 """
 
 import dataclasses
+import functools
 import os
+import re
 
 import yaml
 
@@ -160,15 +164,29 @@ class Catalog:
 def load_catalog(paths=None):
     """Load the shipped catalog, then each extra file in ``paths``.
 
-    A model defined again in a later file replaces the earlier definition,
-    so operators can correct or extend the shipped data.
+    A model defined again in a later file (same ``name``) replaces the
+    earlier definition, so operators can correct or extend the shipped
+    data. No other model may take over a name, alias, PCI id, NVML name or
+    vGPU type another model owns: flavors that pin it would silently move
+    to another model.
     """
     models, sources = {}, {}
+    owners = _Owners()
     for path in [DEFAULT_CATALOG] + list(paths or ()):
-        file_models, file_sources = _load_file(path)
+        file_models, file_sources = (_shipped() if path == DEFAULT_CATALOG
+                                     else _load_file(path))
+        for model in file_models.values():
+            owners.claim(path, model, models.get(model.name))
         sources.update(file_sources)
         models.update(file_models)
     return Catalog(models, sources)
+
+
+@functools.lru_cache(maxsize=1)
+def _shipped():
+    """The shipped catalog, parsed once: package data, and immutable."""
+    models, sources = _load_file(DEFAULT_CATALOG)
+    return models, dict(sources)
 
 
 def _load_file(path):
@@ -178,14 +196,73 @@ def _load_file(path):
     except OSError as e:
         raise exceptions.CatalogError(path, None, None,
                                       'cannot read: %s' % e) from e
-    except yaml.YAMLError as e:
+    except UnicodeDecodeError as e:
+        raise exceptions.CatalogError(path, None, None,
+                                      'not UTF-8 text: %s' % e) from e
+    except (yaml.YAMLError, RecursionError) as e:
         raise exceptions.CatalogError(path, None, None,
                                       'not valid YAML: %s' % e) from e
-    return _Validator(path).document(doc)
+    return _document(_Context(path), doc)
 
 
-class _Validator:
-    """Turns one parsed YAML document into model objects, or says why not."""
+class _Owners:
+    """Which model owns each identifier, across every file loaded.
+
+    Model names and aliases share one case-insensitive namespace (lookups
+    by alias ignore case); PCI ids and NVML names are matched without case
+    too; vGPU type names are exact, as flavors spell them.
+    """
+
+    def __init__(self):
+        self.owner = {}  # (namespace, key) -> (model name, file)
+
+    @staticmethod
+    def _keys(model):
+        yield 'name', 'names', model.name.lower()
+        for alias in model.aliases:
+            yield 'aliases', 'names', alias.lower()
+        for dev in model.pci_device_ids:
+            yield 'pci_device_ids', 'pci', dev
+        for nvml_name in model.nvml_names:
+            yield 'nvml_names', 'nvml', nvml_name.strip().lower()
+        for name in model.vgpu_profiles:
+            yield 'vgpu_profiles', 'vgpu', name
+
+    def claim(self, path, model, replaced):
+        if replaced is not None:
+            # An explicit replacement (same model name) frees what the
+            # earlier definition owned; it may claim any of it again.
+            for _field, space, key in self._keys(replaced):
+                self.owner.pop((space, key), None)
+        mine = {}
+        for field, space, key in self._keys(model):
+            other = self.owner.get((space, key))
+            if other is not None and other[0] != model.name:
+                raise exceptions.CatalogError(
+                    path, model.name, field,
+                    '%r already belongs to model %s (%s); a model may only '
+                    'replace its own definition (same name)'
+                    % (key, other[0], other[1]))
+            mine[(space, key)] = (model.name, path)
+        self.owner.update(mine)
+
+
+# -- the schema ---------------------------------------------------------
+#
+# One typed pass over the parsed YAML: every value is checked for type and
+# range where it is read, and every error names the file, the model and
+# the field (``vgpu_profiles[A100-10C].max_instances``). Relations between
+# fields (a start slice inside the GPU, a MIG profile that exists) are
+# checked on the typed values afterwards.
+
+# Matched whole (fullmatch): '$' would let a trailing newline through.
+NAME_RE = re.compile(r'[A-Za-z0-9][A-Za-z0-9._+-]*')
+PCI_ID_RE = re.compile(r'(0x)?[0-9a-fA-F]{4}', re.IGNORECASE)
+_REQUIRED = object()
+
+
+class _Context:
+    """Where in which file the parser is, for error messages."""
 
     def __init__(self, path):
         self.path = path
@@ -194,140 +271,298 @@ class _Validator:
     def fail(self, field, problem):
         raise exceptions.CatalogError(self.path, self.entry, field, problem)
 
-    def get(self, mapping, field, kind, default=dataclasses.MISSING,
-            minimum=None):
-        if field not in mapping:
-            if default is dataclasses.MISSING:
-                self.fail(field, 'required field is missing')
-            return default
-        value = mapping[field]
-        if kind is int and isinstance(value, bool) or not isinstance(
-                value, kind):
-            names = kind.__name__ if isinstance(kind, type) else '/'.join(
-                k.__name__ for k in kind)
-            self.fail(field, 'expected %s, got %r' % (names, value))
-        if minimum is not None and value < minimum:
-            self.fail(field, 'must be at least %d, got %r' % (minimum, value))
+
+def _describe(value):
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + '...'
+
+
+class _Int:
+    def __init__(self, minimum=0):
+        self.minimum = minimum
+
+    def parse(self, ctx, value, field):
+        if isinstance(value, bool) or not isinstance(value, int):
+            ctx.fail(field, 'expected an integer, got %s' % _describe(value))
+        if value < self.minimum:
+            ctx.fail(field, 'must be at least %d, got %r'
+                     % (self.minimum, value))
         return value
 
-    def document(self, doc):
-        if not isinstance(doc, dict):
-            self.fail(None, 'top level must be a mapping')
-        version = self.get(doc, 'schema_version', int)
-        if version != SCHEMA_VERSION:
-            self.fail('schema_version', 'unsupported version %r (expected %d)'
-                      % (version, SCHEMA_VERSION))
-        sources = self.get(doc, 'sources', dict, {})
-        entries = self.get(doc, 'models', list)
-        models = {}
-        for raw in entries:
-            self.entry = raw.get('name') if isinstance(raw, dict) else raw
-            model = self.model(raw, sources)
-            if model.name in models:
-                self.fail('name', 'model defined twice in this file')
-            models[model.name] = model
-        return models, sources
 
-    def model(self, raw, sources):
-        if not isinstance(raw, dict):
-            self.fail(None, 'each model must be a mapping')
-        name = self.get(raw, 'name', str)
-        framebuffer = self.get(raw, 'framebuffer_mib', int, minimum=1)
-        mode = self.get(raw, 'vgpu_mode', str)
-        if mode not in VGPU_MODES:
-            self.fail('vgpu_mode', 'must be one of %s, got %r'
-                      % (', '.join(VGPU_MODES), mode))
-        cited = tuple(self.get(raw, 'sources', list, []))
-        for ref in cited:
-            if ref not in sources:
-                self.fail('sources', 'unknown source %r' % ref)
-        mig = self.mig(raw['mig']) if raw.get('mig') is not None else None
-        profiles = {}
-        for praw in self.get(raw, 'vgpu_profiles', list, []):
-            profile = self.vgpu_profile(praw, framebuffer, mig)
-            if profile.name in profiles:
-                self.fail('vgpu_profiles',
-                          'profile %r listed twice' % profile.name)
-            profiles[profile.name] = profile
-        if profiles and mode == 'none':
-            self.fail('vgpu_mode', "'none' but vGPU profiles are listed")
-        return GpuModel(
-            name=name,
-            architecture=self.get(raw, 'architecture', str, 'unknown'),
-            framebuffer_mib=framebuffer,
-            vgpu_mode=mode,
-            time_sliced_mixing=self.get(raw, 'time_sliced_mixing', bool,
-                                        False),
-            nvlink=self.get(raw, 'nvlink', bool, False),
-            vgpu_profiles=profiles, mig=mig,
-            pci_device_ids=tuple(str(d).lower().removeprefix('0x') for d in
-                                 self.get(raw, 'pci_device_ids', list, [])),
-            nvml_names=tuple(self.get(raw, 'nvml_names', list, [])),
-            aliases=tuple(self.get(raw, 'aliases', list, [])),
-            sources=cited)
+class _Bool:
+    def parse(self, ctx, value, field):
+        if not isinstance(value, bool):
+            ctx.fail(field, 'expected true or false, got %s'
+                     % _describe(value))
+        return value
 
-    def mig(self, raw):
-        if not isinstance(raw, dict):
-            self.fail('mig', 'must be a mapping')
-        slices = self.get(raw, 'memory_slices', int, minimum=1)
-        compute = self.get(raw, 'compute_slices', int, minimum=1)
-        profiles = {}
-        for praw in self.get(raw, 'profiles', list):
-            if not isinstance(praw, dict):
-                self.fail('mig.profiles', 'each profile must be a mapping')
-            pname = self.get(praw, 'name', str)
-            field = 'mig.profiles[%s]' % pname
-            width = self._sub(praw, field, 'memory_slices', int, 1)
-            starts = tuple(self._sub(praw, field, 'starts', list, None))
-            for start in starts:
-                if (not isinstance(start, int) or start < 0
-                        or start + width > slices):
-                    self.fail(field + '.starts',
-                              'start %r does not fit %d of %d slices'
-                              % (start, width, slices))
-            profile = MigProfile(
-                name=pname,
-                compute_slices=self._sub(praw, field, 'compute_slices', int,
-                                         1),
-                memory_slices=width,
-                framebuffer_mib=self._sub(praw, field, 'framebuffer_mib',
-                                          int, 1),
-                max_instances=self._sub(praw, field, 'max_instances', int,
-                                        1),
-                starts=starts)
-            if profile.compute_slices > compute:
-                self.fail(field + '.compute_slices',
-                          'more than the GPU has (%d)' % compute)
-            if pname in profiles:
-                self.fail(field, 'MIG profile listed twice')
-            profiles[pname] = profile
-        return MigSpec(slices, compute, profiles)
 
-    def vgpu_profile(self, raw, framebuffer, mig):
-        if not isinstance(raw, dict):
-            self.fail('vgpu_profiles', 'each profile must be a mapping')
-        pname = self.get(raw, 'name', str)
-        field = 'vgpu_profiles[%s]' % pname
-        mig_name = raw.get('mig_profile')
-        if mig_name is not None:
-            if mig is None or mig_name not in mig.profiles:
-                self.fail(field + '.mig_profile',
-                          'MIG profile %r is not defined for this model'
-                          % mig_name)
-            backing = mig.profiles[mig_name]
-            return VgpuProfile(pname, backing.framebuffer_mib,
-                               backing.max_instances, mig_name)
-        size = self._sub(raw, field, 'framebuffer_mib', int, 1)
-        count = self._sub(raw, field, 'max_instances', int, 1)
-        if size * count > framebuffer:
-            self.fail(field, '%d instances of %d MiB exceed the %d MiB '
-                      'framebuffer' % (count, size, framebuffer))
-        return VgpuProfile(pname, size, count)
+class _Str:
+    def __init__(self, pattern=None, what='a non-empty string',
+                 choices=None):
+        self.pattern = pattern
+        self.what = what
+        self.choices = choices
 
-    def _sub(self, raw, prefix, field, kind, minimum):
-        try:
-            return self.get(raw, field, kind, minimum=minimum)
-        except exceptions.CatalogError as e:
-            raise exceptions.CatalogError(self.path, self.entry,
-                                          '%s.%s' % (prefix, field),
-                                          e.problem) from None
+    def parse(self, ctx, value, field):
+        if not isinstance(value, str) or not value.strip():
+            ctx.fail(field, 'expected %s, got %s' % (self.what,
+                                                     _describe(value)))
+        if self.choices is not None and value not in self.choices:
+            ctx.fail(field, 'must be one of %s, got %s'
+                     % (', '.join(self.choices), _describe(value)))
+        if self.pattern is not None and not self.pattern.fullmatch(value):
+            ctx.fail(field, 'expected %s, got %s' % (self.what,
+                                                     _describe(value)))
+        return value
+
+
+class _List:
+    """A list of ``item``; ``unique``: no value twice; ``nonempty``."""
+
+    def __init__(self, item, unique=True, nonempty=False):
+        self.item = item
+        self.unique = unique
+        self.nonempty = nonempty
+
+    def parse(self, ctx, value, field):
+        if not isinstance(value, list):
+            ctx.fail(field, 'expected a list, got %s' % _describe(value))
+        if self.nonempty and not value:
+            ctx.fail(field, 'must not be empty')
+        result = []
+        for i, raw in enumerate(value):
+            item = self.item.parse(ctx, raw, '%s[%d]' % (field, i))
+            if self.unique and item in result:
+                ctx.fail(field, '%s listed twice' % _describe(item))
+            result.append(item)
+        return tuple(result)
+
+
+class _Map:
+    """A mapping of ``key`` to ``value`` (e.g. source id -> citation)."""
+
+    def __init__(self, key, value):
+        self.key = key
+        self.value = value
+
+    def parse(self, ctx, value, field):
+        if not isinstance(value, dict):
+            ctx.fail(field, 'expected a mapping, got %s' % _describe(value))
+        return {self.key.parse(ctx, k, field):
+                self.value.parse(ctx, v, '%s[%s]' % (field, k))
+                for k, v in value.items()}
+
+
+class _Record:
+    """A mapping with known fields: ``{field: (schema, default)}``.
+
+    Unknown fields are refused (a misspelt ``max_instance`` would
+    otherwise be ignored). Items of a list of records are named by their
+    ``name`` field where it is a string, else by position.
+    """
+
+    def __init__(self, fields):
+        self.fields = fields
+
+    def label(self, value, field, index):
+        name = value.get('name') if isinstance(value, dict) else None
+        if isinstance(name, str) and NAME_RE.fullmatch(name):
+            return '%s[%s]' % (field, name)
+        return '%s[%d]' % (field, index)
+
+    def parse(self, ctx, value, field):
+        prefix = field + '.' if field else ''
+        if not isinstance(value, dict):
+            ctx.fail(field, 'expected a mapping, got %s' % _describe(value))
+        unknown = sorted(str(k) for k in value if k not in self.fields)
+        if unknown:
+            ctx.fail(field, 'unknown field(s) %s (known: %s)'
+                     % (', '.join(map(repr, unknown)),
+                        ', '.join(sorted(self.fields))))
+        result = {}
+        for name, (schema, default) in self.fields.items():
+            if name not in value or value[name] is None and (
+                    default is not _REQUIRED):
+                if default is _REQUIRED:
+                    ctx.fail(prefix + name, 'required field is missing')
+                result[name] = default
+            else:
+                result[name] = schema.parse(ctx, value[name], prefix + name)
+        return result
+
+
+class _Records(_List):
+    """A list of records, each named in errors by its ``name``."""
+
+    def parse(self, ctx, value, field):
+        if not isinstance(value, list):
+            ctx.fail(field, 'expected a list, got %s' % _describe(value))
+        if self.nonempty and not value:
+            ctx.fail(field, 'must not be empty')
+        result = {}
+        for i, raw in enumerate(value):
+            where = self.item.label(raw, field, i)
+            item = self.item.parse(ctx, raw, where)
+            if item['name'] in result:
+                ctx.fail(where, '%r listed twice' % item['name'])
+            result[item['name']] = (where, item)
+        return result
+
+
+_NAME = _Str(NAME_RE, 'a name of letters, digits and . _ + - (starting '
+                      'with a letter or digit)')
+_POSITIVE = _Int(minimum=1)
+
+MIG_PROFILE = _Record({
+    'name': (_NAME, _REQUIRED),
+    'compute_slices': (_POSITIVE, _REQUIRED),
+    'memory_slices': (_POSITIVE, _REQUIRED),
+    'framebuffer_mib': (_POSITIVE, _REQUIRED),
+    'max_instances': (_POSITIVE, _REQUIRED),
+    'starts': (_List(_Int(minimum=0), nonempty=True), _REQUIRED),
+})
+MIG_SPEC = _Record({
+    'memory_slices': (_POSITIVE, _REQUIRED),
+    'compute_slices': (_POSITIVE, _REQUIRED),
+    'profiles': (_Records(MIG_PROFILE, nonempty=True), _REQUIRED),
+})
+VGPU_PROFILE = _Record({
+    'name': (_NAME, _REQUIRED),
+    # Time-sliced types give both; MIG-backed ones take them from
+    # ``mig_profile`` and must not restate them.
+    'framebuffer_mib': (_POSITIVE, None),
+    'max_instances': (_POSITIVE, None),
+    'mig_profile': (_NAME, None),
+})
+MODEL = _Record({
+    'name': (_NAME, _REQUIRED),
+    'aliases': (_List(_NAME), ()),
+    'architecture': (_NAME, 'unknown'),
+    'framebuffer_mib': (_POSITIVE, _REQUIRED),
+    'pci_device_ids': (_List(_Str(PCI_ID_RE, 'a PCI device id of 4 hex '
+                                             'digits as a quoted string, '
+                                             "e.g. '20b0'")), ()),
+    'nvml_names': (_List(_Str()), ()),
+    'vgpu_mode': (_Str(choices=VGPU_MODES), _REQUIRED),
+    'time_sliced_mixing': (_Bool(), False),
+    'nvlink': (_Bool(), False),
+    'sources': (_List(_Str()), ()),
+    'mig': (MIG_SPEC, None),
+    'vgpu_profiles': (_Records(VGPU_PROFILE), {}),
+})
+
+
+class _Raw:
+    """Any value, checked later (the models, one entry at a time)."""
+
+    def parse(self, ctx, value, field):
+        return value
+
+
+DOCUMENT = _Record({
+    'schema_version': (_Int(), _REQUIRED),
+    'sources': (_Map(_Str(), _Str()), {}),
+    'models': (_List(_Raw(), unique=False), _REQUIRED),
+})
+
+
+def _document(ctx, doc):
+    """Parse one YAML document into ``({name: GpuModel}, sources)``."""
+    if not isinstance(doc, dict):
+        ctx.fail(None, 'top level must be a mapping, got %s'
+                 % _describe(doc))
+    # The version first: a newer file is "unsupported", not "malformed".
+    if 'schema_version' not in doc:
+        ctx.fail('schema_version', 'required field is missing')
+    version = _Int().parse(ctx, doc['schema_version'], 'schema_version')
+    if version != SCHEMA_VERSION:
+        ctx.fail('schema_version', 'unsupported version %r (expected %d)'
+                 % (version, SCHEMA_VERSION))
+    parsed = DOCUMENT.parse(ctx, doc, '')
+    sources = parsed['sources']
+    models = {}
+    for i, raw in enumerate(parsed['models']):
+        name = raw.get('name') if isinstance(raw, dict) else None
+        ctx.entry = name if isinstance(name, str) else 'models[%d]' % i
+        model = _model(ctx, MODEL.parse(ctx, raw, ''), sources)
+        if model.name in models:
+            ctx.fail('name', 'model defined twice in this file')
+        models[model.name] = model
+    return models, sources
+
+
+def _model(ctx, raw, sources):
+    for ref in raw['sources']:
+        if ref not in sources:
+            ctx.fail('sources', 'unknown source %r (this file defines: %s)'
+                     % (ref, ', '.join(sorted(sources)) or 'none'))
+    mig = _mig(ctx, raw['mig']) if raw['mig'] is not None else None
+    profiles = {}
+    for name, (where, praw) in raw['vgpu_profiles'].items():
+        profiles[name] = _vgpu_profile(ctx, where, praw,
+                                       raw['framebuffer_mib'], mig)
+    if profiles and raw['vgpu_mode'] == 'none':
+        ctx.fail('vgpu_mode', "'none' but vGPU profiles are listed")
+    return GpuModel(
+        name=raw['name'], architecture=raw['architecture'],
+        framebuffer_mib=raw['framebuffer_mib'], vgpu_mode=raw['vgpu_mode'],
+        time_sliced_mixing=raw['time_sliced_mixing'], nvlink=raw['nvlink'],
+        vgpu_profiles=profiles, mig=mig,
+        pci_device_ids=tuple(d.lower().removeprefix('0x')
+                             for d in raw['pci_device_ids']),
+        nvml_names=raw['nvml_names'], aliases=raw['aliases'],
+        sources=raw['sources'])
+
+
+def _mig(ctx, raw):
+    slices = raw['memory_slices']
+    compute = raw['compute_slices']
+    profiles = {}
+    for name, (where, praw) in raw['profiles'].items():
+        field = where
+        width = praw['memory_slices']
+        for start in praw['starts']:
+            if start + width > slices:
+                ctx.fail(field + '.starts',
+                         'start %r does not fit %d of %d slices'
+                         % (start, width, slices))
+        if praw['compute_slices'] > compute:
+            ctx.fail(field + '.compute_slices',
+                     'more than the GPU has (%d)' % compute)
+        if praw['max_instances'] > len(praw['starts']):
+            ctx.fail(field + '.max_instances',
+                     '%d instances but only %d start slices'
+                     % (praw['max_instances'], len(praw['starts'])))
+        profiles[name] = MigProfile(
+            name=name, compute_slices=praw['compute_slices'],
+            memory_slices=width, framebuffer_mib=praw['framebuffer_mib'],
+            max_instances=praw['max_instances'], starts=praw['starts'])
+    return MigSpec(slices, compute, profiles)
+
+
+def _vgpu_profile(ctx, field, raw, framebuffer, mig):
+    name = raw['name']
+    mig_name = raw['mig_profile']
+    if mig_name is not None:
+        if mig is None or mig_name not in mig.profiles:
+            ctx.fail(field + '.mig_profile',
+                     'MIG profile %r is not defined for this model'
+                     % mig_name)
+        for sized in ('framebuffer_mib', 'max_instances'):
+            if raw[sized] is not None:
+                ctx.fail(field + '.' + sized, 'a MIG-backed type takes it '
+                         'from its MIG profile; remove it')
+        backing = mig.profiles[mig_name]
+        return VgpuProfile(name, backing.framebuffer_mib,
+                           backing.max_instances, mig_name)
+    for sized in ('framebuffer_mib', 'max_instances'):
+        if raw[sized] is None:
+            ctx.fail(field + '.' + sized, 'required field is missing '
+                     '(or give mig_profile for a MIG-backed type)')
+    size, count = raw['framebuffer_mib'], raw['max_instances']
+    if size * count > framebuffer:
+        ctx.fail(field, '%d instances of %d MiB exceed the %d MiB '
+                 'framebuffer' % (count, size, framebuffer))
+    return VgpuProfile(name, size, count)

@@ -103,12 +103,8 @@ def _build_checker(req):
 
             def fits(gpu):  # noqa: F811 - the common case, made cheap
                 profile = gpu.model.vgpu_profiles.get(name)
-                if profile is None or not model_ok(gpu.model):
-                    return False
-                if profile.mig_backed:
-                    return gpu.fits_mig(
-                        gpu.model.mig.profiles[profile.mig_profile])
-                return gpu.vgpu_room(profile) > 0
+                return (profile is not None and model_ok(gpu.model)
+                        and gpu.fits_vgpu(profile))
     return fits
 
 
@@ -136,10 +132,10 @@ def unit_slots(gpu, req):
         if profile is None:
             continue
         if profile.mig_backed:
-            backing = model.mig.profiles[profile.mig_profile]
+            # Gpu decides (enabled types, MIG mode, free slices): one rule.
             slots.extend(host_mod.Slot(gpu.index, host_mod.MIG,
-                                       (backing.name, s, name))
-                         for s in gpu.mig_starts(backing))
+                                       (profile.mig_profile, s, name))
+                         for s in gpu.vgpu_mig_starts(profile))
         elif gpu.vgpu_room(profile) > 0:
             slots.append(host_mod.Slot(gpu.index, kind, name))
     return tuple(slots)

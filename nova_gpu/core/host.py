@@ -119,11 +119,41 @@ class Gpu:
     def fits_whole(self):
         return not self.mig_enabled and self.is_free
 
+    def vgpu_enabled(self, profile):
+        """``profile`` is a vGPU type of this GPU that the operator enabled.
+
+        The one rule for time-sliced and MIG-backed types alike: the
+        model must have the type and, where the GPU lists its enabled
+        types (``vgpu_types``), the type must be one of them. A GPU set up
+        for A100-2-10C does not serve A100-3-20C even though both are
+        MIG-backed and a 3g.20gb instance would fit.
+        """
+        return (profile.name in self.model.vgpu_profiles
+                and (not self.vgpu_types or profile.name in self.vgpu_types))
+
+    def fits_vgpu(self, profile):
+        """At least one vGPU of ``profile`` (either kind) fits here."""
+        if profile.mig_backed:
+            backing = self._vgpu_backing(profile)
+            return backing is not None and self.fits_mig(backing)
+        return self.vgpu_room(profile) > 0
+
+    def vgpu_mig_starts(self, profile):
+        """Free start slices for the GPU instance of a MIG-backed vGPU."""
+        backing = self._vgpu_backing(profile)
+        return () if backing is None else self.mig_starts(backing)
+
+    def _vgpu_backing(self, profile):
+        """MIG profile under an enabled MIG-backed ``profile``, or None."""
+        if not (profile.mig_backed and self.vgpu_enabled(profile)
+                and self.model.mig):
+            return None
+        return self.model.mig.profiles.get(profile.mig_profile)
+
     def vgpu_room(self, profile):
         """How many more vGPUs of ``profile`` (time-sliced) fit here."""
         if (self.mig_enabled or self.whole or self.share_milli
-                or profile.name not in self.model.vgpu_profiles
-                or (self.vgpu_types and profile.name not in self.vgpu_types)):
+                or profile.mig_backed or not self.vgpu_enabled(profile)):
             return 0
         if self.model.time_sliced_mixing:
             by_fb = ((self.model.framebuffer_mib - self.vgpu_fb_mib)
@@ -182,8 +212,10 @@ class Gpu:
             self.vgpus[profile.name] = self.vgpus.get(profile.name, 0) + 1
             self.vgpu_fb_mib += profile.framebuffer_mib
         elif slot.kind == MIG:
-            name, start, _vgpu = slot.detail
+            name, start, vgpu = slot.detail
             profile = self.model.mig_profile(name)
+            if vgpu is not None:
+                self._check_mig_vgpu(vgpu, name)
             if start not in self.mig_starts(profile):
                 raise exceptions.AllocationError(
                     'GPU %d: MIG %s cannot start at slice %r'
@@ -194,6 +226,18 @@ class Gpu:
         else:
             raise exceptions.AllocationError('unknown slot kind %r'
                                              % slot.kind)
+
+    def _check_mig_vgpu(self, vgpu, mig_name):
+        """A MIG slot's vGPU type is enabled here and backed by its MIG."""
+        profile = self.model.vgpu_profile(vgpu)
+        if profile.mig_profile != mig_name:
+            raise exceptions.AllocationError(
+                'GPU %d: vGPU %s is not backed by MIG %s'
+                % (self.index, vgpu, mig_name))
+        if not self.vgpu_enabled(profile):
+            raise exceptions.AllocationError(
+                'GPU %d: vGPU type %s is not enabled (enabled: %s)'
+                % (self.index, vgpu, ', '.join(self.vgpu_types)))
 
     def give_back(self, slot):
         if slot.kind == WHOLE:

@@ -1,16 +1,19 @@
 """The host GPU report: what the compute agent publishes about a host.
 
 This is the one schema both sides share. The agent builds it from
-discovery and sends it (oslo.messaging); the scheduler-side view turns it
-back into a ``host.Host``. It is plain JSON-able data with a version so that
-agents and schedulers of different releases can coexist during upgrades.
+discovery and sends it (oslo.messaging); the scheduler-side view parses it
+back (``parse``) into a ``host.Host`` plus every Placement provider that
+stands for each GPU. It is plain JSON-able data with a version so that
+agents and schedulers of different releases can coexist during upgrades:
+this release writes version 2 and reads versions 1 and 2.
 
-Schema (version 1)::
+Schema (version 2)::
 
-    {"version": 1,
+    {"version": 2,
      "host": "compute-1",          # nova-compute host name
      "nodename": "compute-1",      # hypervisor node name
      "generation": 17,             # increases with every report
+     "boot_id": "6f1c...",         # optional: one value per agent run
      "cpu_milli": 128000, "memory_mib": 1048576,
      "numa_cells": [{"id": 0, "cpu_milli": 64000, "memory_mib": 524288}],
      "gpus": [{
@@ -18,86 +21,540 @@ Schema (version 1)::
         "numa_node": 0, "pcie_switch": "0000:3a:00.0",
         "nvlink_peers": [1, 2, 3], "mig_enabled": false,
         "vgpu_types": ["A100-10C"],  # enabled types, or null for any
-        "provider": "compute-1_pci_0000_3b_00_0",
+        "providers": [               # every provider standing for it
+          {"name": "compute-1_pci_0000_3b_00_4", "kind": "vf_mdev",
+           "address": "0000:3b:00.4", "resource_class": "VGPU",
+           "vgpu_type": "A100-10C", "vfs": [], "mig": null}],
         "devices": [                 # what is allocated now
           {"kind": "vgpu", "detail": "A100-10C", "uuid": "..."},
           {"kind": "mig", "detail": ["3g.20gb", 0, null], "uuid": "..."},
           {"kind": "whole"}]}]}
+
+Version 1 is the same without ``providers`` and ``boot_id``; each GPU has
+one ``provider`` name instead (a ``pf_mdev`` provider of class VGPU). A
+version 2 GPU entry without ``providers`` is read the same way.
+Keys this module does not know are ignored (the agent adds diagnostics
+such as ``traits`` and ``vfs``), so later versions can add fields.
+
+Every field is validated (``parse``): types, ranges, GPU indices 0..n-1
+each once, NVLink peers among them, devices and vGPU types valid for the
+GPU's model, provider names unique, strings bounded. A bad report raises
+``ReportError`` (an ``InvalidRequest``) naming the host and the field.
+
+Generations: ``generation`` is an integer in ``0 .. MAX_GENERATION``
+(JSON-safe; ``inf``, floats, booleans and strings are refused). The view
+keeps the newest generation per host, but a report never freezes a host:
+see ``nova_gpu.scheduler.view.GpuView.ingest`` for the rule (a new
+``boot_id`` or a held report older than ``[gpu_scheduler]
+generation_reset_after`` lets a lower generation in).
 """
+
+import dataclasses
+import math
+import re
 
 from nova_gpu.core import exceptions
 from nova_gpu.core import host as host_mod
 
-VERSION = 1
+VERSION = 2
+SUPPORTED_VERSIONS = (1, 2)
+
+# -- wire contract: what the agent publishes and the scheduler listens to --
+
+# oslo.messaging notification event type and publisher of a report.
+EVENT_TYPE = 'gpu.host.report'
+PUBLISHER = 'nova-gpu-agent'
+
+# How Nova 34 shows a GPU (or a part of one) in Placement; each report
+# lists, per physical GPU, every provider of these kinds that stands for it.
+PF_MDEV = 'pf_mdev'        # mdev types on the PF (T4, V100, P100): VGPU
+VF_MDEV = 'vf_mdev'        # SR-IOV + mdev: one VGPU provider per VF
+PCI_POOL = 'pci_pool'      # vendor-specific VFIO VFs, pooled per PF
+PCI_DEVICE = 'pci_device'  # whole-GPU passthrough, PCI in Placement
+PROVIDER_KINDS = (PF_MDEV, VF_MDEV, PCI_POOL, PCI_DEVICE)
+VGPU_RC = 'VGPU'
+
+# -- bounds: a report is untrusted input --
+
+MAX_GENERATION = 2 ** 53 - 1   # exact in JSON doubles; ms since 1970 fit
+MAX_NAME = 255                 # Placement's limit for names and classes
+MAX_GPUS = 64
+MAX_CELLS = 64
+MAX_DEVICES = 4096             # per GPU
+MAX_PROVIDERS = 512            # per GPU (a PF has at most 256 VFs)
+MAX_LIST = 512                 # vgpu_types, vfs, nvlink_peers
+MAX_QUANTITY = 2 ** 53 - 1     # cpu_milli, memory_mib
+
+_PCI_ADDRESS = re.compile(
+    r'[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]')
+_RESOURCE_CLASS = re.compile(r'[A-Z0-9_]+')
 
 
-def gpu_to_dict(gpu, provider=None, devices=None):
-    return {
+def mdev_provider_name(nodename, address):
+    """VGPU provider nova-compute (libvirt) makes for an mdev parent.
+
+    The parent is the PF (pre-Ampere cards) or a VF (SR-IOV + mdev).
+    ``<nodename>_<libvirt node device name>``, the device name being
+    ``pci_<address with ':' and '.' as '_'>`` in lower case, e.g.
+    ``compute-1_pci_0000_3b_00_4``: nova/virt/libvirt/driver.py
+    ``LibvirtDriver._ensure_pgpu_providers`` (``pgpu_rp_name = '%s_%s' %
+    (nodename, pgpu_dev_id)``, keyed by the libvirt names that
+    ``_get_gpu_inventories`` lists, e.g. ``pci_0000_84_00_0``).
+    """
+    return '%s_pci_%s' % (nodename, re.sub(r'[:.]', '_', address.lower()))
+
+
+def pci_provider_name(hypervisor_hostname, address):
+    """Provider of PCI in Placement for a PF (or the PF of pooled VFs).
+
+    ``<hypervisor_hostname>_<ADDRESS upper case>``, e.g.
+    ``compute-1_0000:3B:00.0``: nova/compute/pci_placement_translator.py
+    ``PlacementView._get_rp_name_for_address`` (``f"{self.root_rp_name}_
+    {addr.upper()}"``, root name the hypervisor hostname). A VF (type-VF)
+    is a child device: ``_get_rp_name_for_child`` names it after its
+    ``parent_addr``, so every VF of one PF lands in the PF's provider.
+    """
+    return '%s_%s' % (hypervisor_hostname, address.upper())
+
+
+def pci_default_resource_class(vendor_id, product_id):
+    """Nova's resource class for a ``[pci] device_spec`` without one.
+
+    ``CUSTOM_PCI_<VENDOR>_<PRODUCT>``, e.g. ``CUSTOM_PCI_10DE_2331``:
+    nova/compute/pci_placement_translator.py ``get_resource_class``
+    (``f"CUSTOM_PCI_{vendor_id}_{product_id}".upper()``, with the ids as
+    libvirt reports them, without ``0x``; a leading ``0x`` is dropped here).
+    """
+    def bare(value):
+        value = value.upper()
+        return value[2:] if value.startswith('0X') else value
+    return 'CUSTOM_PCI_%s_%s' % (bare(vendor_id), bare(product_id))
+
+
+def provider_dict(name, kind, address, resource_class=VGPU_RC,
+                  vgpu_type=None, vfs=(), mig=None):
+    """One entry of a GPU's ``providers`` list (schema 2)."""
+    return {'name': name, 'kind': kind, 'address': address,
+            'resource_class': resource_class, 'vgpu_type': vgpu_type,
+            'vfs': list(vfs), 'mig': list(mig) if mig else None}
+
+
+# -- parsed form ----------------------------------------------------------
+
+
+class ReportError(exceptions.InvalidRequest):
+    """A report is malformed; names the host and the field."""
+
+    def __init__(self, host, field, problem):
+        self.host = host
+        self.field = field
+        self.problem = problem
+        super().__init__('GPU report from %s: %s: %s'
+                         % (_shown(host), field, problem))
+
+
+@dataclasses.dataclass(frozen=True)
+class Provider:
+    """A Placement provider standing for GPU ``gpu`` or a part of it."""
+
+    name: str
+    kind: str
+    gpu: int
+    address: str
+    resource_class: str
+    vgpu_type: str = None
+    vfs: tuple = ()
+    mig: tuple = None  # (MIG profile, start) behind a MIG-backed VF
+
+
+@dataclasses.dataclass(frozen=True)
+class Report:
+    """A validated report."""
+
+    version: int
+    host: host_mod.Host
+    nodename: str
+    generation: int
+    boot_id: str
+    providers: tuple  # Provider, every kind, ordered by GPU
+
+    def provider_map(self):
+        """Provider name -> Provider."""
+        return {p.name: p for p in self.providers}
+
+
+def _absent_empty(value):
+    """None (or no key) reads as an empty list; ``{}`` or ``''`` do not."""
+    return [] if value is None else value
+
+
+def _shown(value):
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + '...'
+
+
+class _Parser:
+    """Walks one report; every failure names the field's path."""
+
+    def __init__(self, data, catalog):
+        self.data = data
+        self.catalog = catalog
+        self.host = None
+
+    def fail(self, field, problem):
+        raise ReportError(self.host, field, problem)
+
+    # -- typed fields --
+
+    def field(self, mapping, key, path, default=dataclasses.MISSING):
+        if key not in mapping:
+            if default is dataclasses.MISSING:
+                self.fail(path, 'missing')
+            return default
+        return mapping[key]
+
+    def integer(self, value, path, low=0, high=MAX_QUANTITY):
+        # bool is an int in Python but never a count or an index here.
+        if isinstance(value, bool) or not isinstance(value, int):
+            if isinstance(value, float) and not math.isfinite(value):
+                self.fail(path, 'must be a finite integer, got %s' % value)
+            self.fail(path, 'must be an integer, got %s'
+                      % type(value).__name__)
+        if not low <= value <= high:
+            self.fail(path, 'must be in %d..%d, got %s'
+                      % (low, high, _shown(value)))
+        return value
+
+    def string(self, value, path, allow_empty=False, pattern=None,
+               what=None):
+        if not isinstance(value, str):
+            self.fail(path, 'must be a string, got %s'
+                      % type(value).__name__)
+        if len(value) > MAX_NAME:
+            self.fail(path, 'longer than %d characters' % MAX_NAME)
+        if not value and not allow_empty:
+            self.fail(path, 'must not be empty')
+        if value and pattern is not None and not pattern.fullmatch(value):
+            self.fail(path, 'not a valid %s: %s' % (what, _shown(value)))
+        return value
+
+    def optional_string(self, value, path, **kw):
+        return None if value is None else self.string(value, path, **kw)
+
+    def boolean(self, value, path):
+        if not isinstance(value, bool):
+            self.fail(path, 'must be true or false, got %s'
+                      % type(value).__name__)
+        return value
+
+    def array(self, value, path, limit=MAX_LIST):
+        if not isinstance(value, list):
+            self.fail(path, 'must be a list, got %s' % type(value).__name__)
+        if len(value) > limit:
+            self.fail(path, 'more than %d entries' % limit)
+        return value
+
+    def mapping(self, value, path):
+        if not isinstance(value, dict):
+            self.fail(path, 'must be an object, got %s'
+                      % type(value).__name__)
+        return value
+
+    def address(self, value, path, allow_empty=False):
+        return self.string(value, path, allow_empty=allow_empty,
+                           pattern=_PCI_ADDRESS, what='PCI address')
+
+    # -- the report --
+
+    def parse(self):
+        data = self.data
+        if not isinstance(data, dict):
+            self.fail('report', 'must be an object, got %s'
+                      % type(data).__name__)
+        host = data.get('host')
+        self.host = host if isinstance(host, str) else None
+        version = self.field(data, 'version', 'version')
+        if (isinstance(version, bool) or not isinstance(version, int)
+                or version not in SUPPORTED_VERSIONS):
+            self.fail('version', 'unsupported version %s (this scheduler '
+                      'reads %s)' % (_shown(version), ', '.join(
+                          map(str, SUPPORTED_VERSIONS))))
+        self.host = self.string(self.field(data, 'host', 'host'), 'host')
+        nodename = data.get('nodename')
+        nodename = (self.host if nodename is None
+                    else self.string(nodename, 'nodename'))
+        generation = self.integer(
+            self.field(data, 'generation', 'generation'), 'generation',
+            high=MAX_GENERATION)
+        boot_id = self.optional_string(data.get('boot_id'), 'boot_id')
+        cpu = self.integer(data.get('cpu_milli', 0), 'cpu_milli')
+        memory = self.integer(data.get('memory_mib', 0), 'memory_mib')
+        cells = self.cells(_absent_empty(data.get('numa_cells')))
+        raws = self.array(self.field(data, 'gpus', 'gpus'), 'gpus',
+                          MAX_GPUS)
+        raws = self.ordered(raws)
+        gpus = [self.gpu(raw, len(raws), cells) for raw in raws]
+        host = host_mod.Host(self.host, gpus, cpu, memory, cells)
+        providers, names = [], set()
+        for raw, gpu in zip(raws, gpus):
+            self.devices(raw, gpu, host)
+            for p in self.providers(raw, gpu, version, nodename):
+                if p.name in names:
+                    self.fail('gpus[%d].providers' % gpu.index,
+                              'provider %s listed twice' % _shown(p.name))
+                names.add(p.name)
+                providers.append(p)
+        return Report(version, host, nodename, generation, boot_id,
+                      tuple(providers))
+
+    def cells(self, raw):
+        raw = self.array(raw, 'numa_cells', MAX_CELLS)
+        cells, seen = [], set()
+        for n, c in enumerate(raw):
+            path = 'numa_cells[%d]' % n
+            c = self.mapping(c, path)
+            cid = self.integer(self.field(c, 'id', path + '.id'),
+                               path + '.id', high=MAX_CELLS * 16)
+            if cid in seen:
+                self.fail(path + '.id', 'NUMA cell %d listed twice' % cid)
+            seen.add(cid)
+            cells.append(host_mod.NumaCell(
+                cid,
+                self.integer(c.get('cpu_milli', 0), path + '.cpu_milli'),
+                self.integer(c.get('memory_mib', 0), path + '.memory_mib')))
+        return cells
+
+    def ordered(self, raws):
+        """GPU entries sorted by index, indices exactly 0..n-1."""
+        by_index = {}
+        for n, raw in enumerate(raws):
+            raw = self.mapping(raw, 'gpus[%d]' % n)
+            index = self.integer(self.field(raw, 'index',
+                                            'gpus[%d].index' % n),
+                                 'gpus[%d].index' % n, high=len(raws) - 1)
+            if index in by_index:
+                self.fail('gpus[%d].index' % n, 'GPU %d listed twice'
+                          % index)
+            by_index[index] = raw
+        return [by_index[i] for i in range(len(raws))]
+
+    def gpu(self, raw, count, cells):
+        index = raw['index']
+        path = 'gpus[%d]' % index
+        name = self.string(self.field(raw, 'model', path + '.model'),
+                           path + '.model')
+        try:
+            model = self.catalog.model(name)
+        except exceptions.GpuError as e:
+            self.fail(path + '.model', str(e))
+        numa = raw.get('numa_node')
+        numa = 0 if numa is None else self.integer(
+            numa, path + '.numa_node', high=MAX_CELLS * 16)
+        if cells and numa not in {c.id for c in cells}:
+            self.fail(path + '.numa_node', 'NUMA node %d is not among '
+                      'numa_cells' % numa)
+        peers = self.array(_absent_empty(raw.get('nvlink_peers')),
+                           path + '.nvlink_peers')
+        for n, peer in enumerate(peers):
+            self.integer(peer, '%s.nvlink_peers[%d]' % (path, n),
+                         high=count - 1)
+            if peer == index:
+                self.fail(path + '.nvlink_peers', 'GPU %d is its own '
+                          'NVLink peer' % index)
+        if len(set(peers)) != len(peers):
+            self.fail(path + '.nvlink_peers', 'a peer is listed twice')
+        mig = self.boolean(raw.get('mig_enabled', False),
+                           path + '.mig_enabled')
+        if mig and not model.mig_capable:
+            self.fail(path + '.mig_enabled', '%s does not support MIG'
+                      % model.name)
+        types = raw.get('vgpu_types')
+        if types is not None:
+            types = self.array(types, path + '.vgpu_types')
+            for n, t in enumerate(types):
+                self.vgpu_type(t, model, '%s.vgpu_types[%d]' % (path, n))
+            if len(set(types)) != len(types):
+                self.fail(path + '.vgpu_types', 'a type is listed twice')
+        address = raw.get('address')
+        return host_mod.Gpu(
+            index, model,
+            address=self.address('' if address is None else address,
+                                 path + '.address', allow_empty=True),
+            numa_node=numa,
+            pcie_switch=self.optional_string(
+                raw.get('pcie_switch'), path + '.pcie_switch',
+                allow_empty=True) or None,
+            nvlink_peers=peers, mig_enabled=mig, vgpu_types=types or None)
+
+    def vgpu_type(self, value, model, path):
+        self.string(value, path)
+        if value not in model.vgpu_profiles:
+            self.fail(path, 'vGPU type %s is not one of %s'
+                      % (_shown(value), model.name))
+        return value
+
+    def devices(self, raw, gpu, host):
+        path = 'gpus[%d].devices' % gpu.index
+        devices = self.array(_absent_empty(raw.get('devices')), path,
+                             MAX_DEVICES)
+        for n, dev in enumerate(devices):
+            where = '%s[%d]' % (path, n)
+            dev = self.mapping(dev, where)
+            kind = dev.get('kind')
+            if kind not in host_mod.KINDS:
+                self.fail(where + '.kind', 'must be one of %s, got %s'
+                          % (', '.join(host_mod.KINDS), _shown(kind)))
+            for key in ('uuid', 'vf'):
+                self.optional_string(dev.get(key), '%s.%s' % (where, key))
+            detail = self.detail(kind, dev.get('detail'), gpu,
+                                 where + '.detail')
+            try:
+                host.gpus[gpu.index].take(host_mod.Slot(gpu.index, kind,
+                                                        detail))
+            except exceptions.GpuError as e:
+                self.fail(where, str(e))
+
+    def detail(self, kind, detail, gpu, path):
+        if kind == host_mod.WHOLE:
+            return None
+        if kind == host_mod.SHARE:
+            return self.integer(detail, path, low=1, high=host_mod.MILLI)
+        if kind == host_mod.VGPU:
+            return self.vgpu_type(detail, gpu.model, path)
+        detail = self.array(detail, path)
+        if len(detail) != 3:
+            self.fail(path, 'must be [MIG profile, start slice, vGPU type '
+                      'or null]')
+        profile, start = self.mig_slot(detail[:2], gpu, path)
+        vgpu = detail[2]
+        if vgpu is not None:
+            self.vgpu_type(vgpu, gpu.model, path + '[2]')
+        return (profile, start, vgpu)
+
+    def mig_slot(self, pair, gpu, path):
+        profile = self.string(pair[0], path + '[0]')
+        mig = gpu.model.mig
+        if mig is None or profile not in mig.profiles:
+            self.fail(path + '[0]', 'MIG profile %s is not one of %s'
+                      % (_shown(profile), gpu.model.name))
+        start = self.integer(pair[1], path + '[1]',
+                             high=mig.memory_slices - 1)
+        if start not in mig.profiles[profile].starts:
+            self.fail(path + '[1]', 'MIG %s cannot start at slice %d'
+                      % (profile, start))
+        return profile, start
+
+    def providers(self, raw, gpu, version, nodename):
+        path = 'gpus[%d]' % gpu.index
+        if version == 1 or 'providers' not in raw:
+            # Version 1, or a version 2 writer that knows one provider per
+            # GPU: the PF's VGPU provider.
+            name = self.optional_string(raw.get('provider'),
+                                        path + '.provider')
+            if not name:
+                return []
+            return [Provider(name, PF_MDEV, gpu.index, gpu.address,
+                             VGPU_RC)]
+        result = []
+        entries = self.array(_absent_empty(raw.get('providers')),
+                             path + '.providers', MAX_PROVIDERS)
+        for n, entry in enumerate(entries):
+            result.append(self.provider(entry, gpu,
+                                        '%s.providers[%d]' % (path, n)))
+        return result
+
+    def provider(self, entry, gpu, path):
+        entry = self.mapping(entry, path)
+        name = self.string(self.field(entry, 'name', path + '.name'),
+                           path + '.name')
+        kind = self.field(entry, 'kind', path + '.kind')
+        if kind not in PROVIDER_KINDS:
+            self.fail(path + '.kind', 'must be one of %s, got %s'
+                      % (', '.join(PROVIDER_KINDS), _shown(kind)))
+        address = self.address(self.field(entry, 'address',
+                                          path + '.address'),
+                               path + '.address')
+        rc = self.string(entry.get('resource_class', VGPU_RC),
+                         path + '.resource_class', pattern=_RESOURCE_CLASS,
+                         what='resource class')
+        vgpu = entry.get('vgpu_type')
+        if vgpu is not None:
+            self.vgpu_type(vgpu, gpu.model, path + '.vgpu_type')
+        vfs = self.array(_absent_empty(entry.get('vfs')), path + '.vfs')
+        for n, vf in enumerate(vfs):
+            self.address(vf, '%s.vfs[%d]' % (path, n))
+        mig = entry.get('mig')
+        if mig is not None:
+            mig = self.array(mig, path + '.mig')
+            if len(mig) != 2:
+                self.fail(path + '.mig', 'must be [MIG profile, start '
+                          'slice] or null')
+            mig = self.mig_slot(mig, gpu, path + '.mig')
+        return Provider(name, kind, gpu.index, address, rc, vgpu,
+                        tuple(vfs), mig)
+
+
+def parse(data, catalog):
+    """Validate a report (version 1 or 2) and return a ``Report``."""
+    return _Parser(data, catalog).parse()
+
+
+def host_from_dict(data, catalog):
+    """Rebuild a ``host.Host`` (with its allocations) from a report."""
+    return parse(data, catalog).host
+
+
+# -- writing ----------------------------------------------------------------
+
+
+def gpu_to_dict(gpu, providers=None, devices=None, version=VERSION):
+    """One GPU entry; ``providers``: a list of provider dicts, or (as
+    older agents passed) one provider name or None.
+    """
+    if providers is None:
+        providers = []
+    elif isinstance(providers, str):
+        providers = [provider_dict(providers, PF_MDEV, gpu.address)]
+    data = {
         'index': gpu.index, 'address': gpu.address,
         'model': gpu.model.name, 'numa_node': gpu.numa_node,
         'pcie_switch': gpu.pcie_switch,
         'nvlink_peers': sorted(gpu.nvlink_peers),
         'mig_enabled': gpu.mig_enabled,
         'vgpu_types': list(gpu.vgpu_types) if gpu.vgpu_types else None,
-        'provider': provider,
         'devices': list(devices or ()),
     }
+    if version >= 2:
+        data['providers'] = [dict(p) for p in providers]
+    else:
+        data['provider'] = providers[0]['name'] if providers else None
+    return data
 
 
 def host_to_dict(host, nodename=None, generation=0, providers=None,
-                 devices=None):
-    """Report for ``host``; ``providers``/``devices`` are keyed by index."""
+                 devices=None, boot_id=None, version=VERSION):
+    """Report for ``host``; ``providers``/``devices`` are keyed by index.
+
+    ``providers[index]`` is a list of provider dicts (``provider_dict``)
+    or a single provider name. ``version=1`` writes the old schema (one
+    provider per GPU, the first) for schedulers not yet upgraded.
+    """
+    if version not in SUPPORTED_VERSIONS:
+        raise exceptions.InvalidRequest('cannot write GPU report version %r'
+                                        % (version,))
     providers = providers or {}
     devices = devices or {}
-    return {
-        'version': VERSION, 'host': host.name,
+    data = {
+        'version': version, 'host': host.name,
         'nodename': nodename or host.name, 'generation': generation,
         'cpu_milli': host.cpu_milli, 'memory_mib': host.memory_mib,
         'numa_cells': [{'id': c.id, 'cpu_milli': c.cpu_milli,
                         'memory_mib': c.memory_mib}
                        for _, c in sorted(host.cells.items())],
         'gpus': [gpu_to_dict(g, providers.get(g.index),
-                             devices.get(g.index)) for g in host.gpus],
+                             devices.get(g.index), version)
+                 for g in host.gpus],
     }
-
-
-def host_from_dict(data, catalog):
-    """Rebuild a ``host.Host`` (with its allocations) from a report."""
-    if not isinstance(data, dict) or data.get('version') != VERSION:
-        raise exceptions.InvalidRequest(
-            'GPU report: unsupported or missing version %r (expected %d)'
-            % (data.get('version') if isinstance(data, dict) else data,
-               VERSION))
-    try:
-        name = data['host']
-        gpus = []
-        for raw in data['gpus']:
-            gpus.append(host_mod.Gpu(
-                raw['index'], catalog.model(raw['model']),
-                address=raw.get('address', ''),
-                numa_node=raw.get('numa_node') or 0,
-                pcie_switch=raw.get('pcie_switch'),
-                nvlink_peers=raw.get('nvlink_peers') or (),
-                mig_enabled=bool(raw.get('mig_enabled')),
-                vgpu_types=raw.get('vgpu_types')))
-        cells = [host_mod.NumaCell(c['id'], c['cpu_milli'], c['memory_mib'])
-                 for c in data.get('numa_cells') or ()]
-        result = host_mod.Host(name, gpus, data.get('cpu_milli', 0),
-                               data.get('memory_mib', 0), cells)
-        for raw in data['gpus']:
-            for dev in raw.get('devices') or ():
-                detail = dev.get('detail')
-                if isinstance(detail, list):
-                    detail = tuple(detail)
-                result.gpus[raw['index']].take(
-                    host_mod.Slot(raw['index'], dev['kind'], detail))
-    except (KeyError, TypeError) as e:
-        raise exceptions.InvalidRequest(
-            'GPU report from %r is malformed: missing or bad %s'
-            % (data.get('host'), e)) from e
-    return result
-
-
-def providers_of(data):
-    """Map GPU index -> Placement resource provider name, from a report."""
-    return {g['index']: g.get('provider') for g in data.get('gpus', ())}
+    if version >= 2 and boot_id is not None:
+        data['boot_id'] = boot_id
+    return data

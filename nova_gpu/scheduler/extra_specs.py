@@ -5,6 +5,15 @@ that ``openstack flavor set --property gpu:profile=NOPE`` is refused by the
 Nova API (microversion 2.86 and later) with a 400 that names the key, the
 problem and the allowed values. The parsing is ``flavor.validate_value``,
 the same code the scheduler filter uses.
+
+Nova calls a validator only for a key it matches: by exact name, then by
+each validator's name pattern, and a key of no registered namespace is
+accepted unchecked. So a near miss (``GPU:profile``, `` gpu:profile``,
+``gpu :count``) would be stored and then ignored. ``NEAR_MISS_PATTERN``
+is the name pattern of one more validator, matching those keys, so that
+Nova calls it and it refuses them with the key they probably meant. It has
+no literal colon: Nova takes the text before the first colon of every
+pattern as a namespace of its own.
 """
 
 from nova.api.validation.extra_specs import base
@@ -17,7 +26,8 @@ _DESCRIPTIONS = {
     'profile': 'NVIDIA vGPU type (time-sliced or MIG-backed) each device '
                'must be, e.g. A100-10C.',
     'mig': 'MIG GPU instance profile each device must be, e.g. 3g.40gb.',
-    'count': 'Number of GPU devices, each on its own physical GPU.',
+    'count': 'Number of GPU devices, each on its own physical GPU: 1 to '
+             '[gpu_scheduler] max_gpu_count (default 4, at most 8).',
     'model': 'Comma-separated GPU models allowed, e.g. H100-80GB,H200-141GB.',
     'topology': 'any, numa (all GPUs on one NUMA node) or nvlink (all '
                 'GPUs NVLink-connected).',
@@ -41,11 +51,25 @@ class GpuExtraSpecValidator(base.ExtraSpecValidator):
                 'Validation failed; %s' % e) from None
 
 
+# "gpu" in any case with spaces around, a colon (\x3a), then anything;
+# the exact gpu:<name> keys are found by name before any pattern is tried.
+NEAR_MISS_PATTERN = r'\s*[Gg][Pp][Uu]\s*\x3a[\s\S]*'
+
+
 def register():
-    return [
+    validators = [
         GpuExtraSpecValidator(
             name=flavor.PREFIX + key,
             description=_DESCRIPTIONS[key],
             value={'type': str, 'description': _DESCRIPTIONS[key]})
         for key in sorted(_DESCRIPTIONS)
     ]
+    validators.append(GpuExtraSpecValidator(
+        name='{gpu_key}',
+        description='Any other key that looks meant for the gpu: namespace '
+                    '(other case, spaces): refused, with the key meant.',
+        value={'type': str, 'description': 'Not read.'},
+        parameters=[{'name': 'gpu_key', 'pattern': NEAR_MISS_PATTERN,
+                     'description': 'gpu in any case, spaces, a colon, '
+                                    'anything'}]))
+    return validators

@@ -17,11 +17,14 @@ import logging
 
 from nova.scheduler import filters
 from nova.scheduler import utils as scheduler_utils
+from oslo_config import cfg
 from oslo_log import log as oslo_logging
 
 from nova_gpu.scheduler import flavor
+from nova_gpu.scheduler import listener
 from nova_gpu.scheduler import view as view_mod
 
+CONF = cfg.CONF
 LOG = oslo_logging.getLogger(__name__)
 
 # At most this many per-host reasons go into the NoValidHost log line.
@@ -40,6 +43,9 @@ class GpuFilter(filters.CandidateFilterMixin, filters.BaseHostFilter):
     def __init__(self, view=None):
         self._view = view
         self._last_request = None
+        # Nova builds filters inside SchedulerManager.__init__: tie the
+        # report listener to that service's start and stop.
+        listener.bind_to_scheduler_service()
 
     @property
     def view(self):
@@ -95,7 +101,23 @@ class GpuFilter(filters.CandidateFilterMixin, filters.BaseHostFilter):
     # -- one host -----------------------------------------------------------
 
     def _check(self, host_state, request):
-        """None if ``host_state`` passes, else the reason it does not."""
+        """None if ``host_state`` passes, else the reason it does not.
+
+        Whatever goes wrong with one host (a report the parser let
+        through that the engine still cannot rank, a bug) refuses that
+        host with the reason and leaves every other host, and every other
+        request, as they were.
+        """
+        try:
+            return self._check_host(host_state, request)
+        except Exception as e:
+            why = 'GPU view of this host is unusable: %s: %s' % (
+                type(e).__name__, e)
+            contained(self.view.get(host_state.nodename),
+                      host_state.nodename, 'GpuFilter', why)
+            return why
+
+    def _check_host(self, host_state, request):
         spec = request.spec
         if spec.problem:
             return spec.problem
@@ -171,8 +193,40 @@ def _first_two(item):
 _UNKNOWN = (float('inf'),)
 
 
+def contained(entry, nodename, who, why):
+    """Log a contained per-host error at WARNING, once per report."""
+    seen = entry.failures if entry is not None else _NO_REPORT_FAILURES
+    key = (who, why)
+    if key in seen:
+        return
+    if len(seen) > 100:
+        seen.clear()
+    seen.add(key)
+    LOG.warning('%s contained an error on host %s (GPU report generation '
+                '%s), the host is refused or weighed neutral: %s', who,
+                nodename, entry.generation if entry is not None else '-',
+                why)
+
+
+# Failures on hosts without a report (bounded; logged once each).
+_NO_REPORT_FAILURES = set()
+
+
+def _gpu_classes(entry, rc):
+    """Resource classes that make an allocation a GPU allocation."""
+    return entry.gpu_classes | {
+        rc, 'VGPU', 'PGPU', CONF.gpu_scheduler.vgpu_resource_class,
+        CONF.gpu_scheduler.whole_gpu_resource_class}
+
+
 def _gpus_of(entry, candidate, rc):
-    """Sorted GPU indices a candidate allocates on, or None if unknown."""
+    """Sorted GPU indices a candidate allocates on, or None if unknown.
+
+    Any provider a report listed counts (PF or VF VGPU providers, PCI in
+    Placement pools and devices); an allocation of a GPU resource class
+    (VGPU, PGPU, or a class a report listed for a GPU provider of this
+    host) on a provider the view cannot name makes the set unknown.
+    """
     allocations = candidate['allocations']
     rps = tuple(allocations)
     try:
@@ -181,11 +235,15 @@ def _gpus_of(entry, candidate, rc):
         pass
     gpus = []
     uuids = entry.uuids
+    classes = None
     for rp_uuid in rps:
         index = uuids.get(rp_uuid)
         if index is not None:
             gpus.append(index)
-        elif rc in allocations[rp_uuid]['resources']:
+            continue
+        if classes is None:
+            classes = _gpu_classes(entry, rc)
+        if not classes.isdisjoint(allocations[rp_uuid]['resources']):
             gpus = None  # a GPU provider this view cannot name yet
             break
     found = tuple(sorted(gpus)) if gpus is not None else None

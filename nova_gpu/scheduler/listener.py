@@ -1,61 +1,149 @@
 """Receives the agents' GPU reports in nova-scheduler (oslo.messaging).
 
 nova-gpu-agent publishes each report as an ``info`` notification with
-event type ``gpu.host.report`` on ``[gpu_scheduler] report_topic`` over Nova's
-notification transport. Every scheduler process listens in its own pool,
-so each one keeps a full view. The endpoint is the only way reports enter
-the view, in production and in the functional tests alike.
+event type ``core.report.EVENT_TYPE`` on ``[gpu_scheduler] report_topic``
+over Nova's notification transport. Every scheduler process listens in its
+own pool, so each one keeps a full view. The endpoint is the only way
+reports enter the view, in production and in the functional tests alike,
+and it never raises: a bad report is logged at WARNING and dropped.
+
+Lifecycle: the listener belongs to the nova-scheduler service. It starts
+when the service starts (``SchedulerManager.init_host``, which
+nova.service.Service.start calls in each worker process, after the fork)
+and stops when the service stops (``Manager.set_shutdown_in_progress``,
+the first, synchronous step of nova.service.Service.stop; the later
+``graceful_shutdown`` runs in a thread that Service.stop may not wait
+for). Nova 34 gives filters
+and weighers no lifecycle of their own: they are built inside
+``SchedulerManager.__init__`` (through ``HostManager``), hold no reference
+to the manager, and the manager class of nova-scheduler is fixed
+(``nova.service.SERVICE_MANAGERS``). So ``bind_to_scheduler_service``
+adds one small hook: it wraps those two ``SchedulerManager`` methods, once
+per process, to call the originals and then start, or first stop, the
+listener of *that* manager. It acts only for a manager whose enabled
+filters or weighers include nova-gpu's, and only with ``[gpu_scheduler]
+report_listener = true``; every other scheduler is untouched.
 """
 
+import functools
+import itertools
 import os
 import socket
+import threading
 
 from oslo_config import cfg
 from oslo_log import log as logging
 import oslo_messaging as messaging
 
-from nova_gpu.core import exceptions
+from nova_gpu.core import report as report_mod
 
 CONF = cfg.CONF
 LOG = logging.getLogger(__name__)
 
-# As nova_gpu.agent.publisher sends it (a unit test keeps them equal).
-EVENT_TYPE = 'gpu.host.report'
-PUBLISHER = 'nova-gpu-agent'
+# The contract lives in nova_gpu.core.report; kept here for callers.
+EVENT_TYPE = report_mod.EVENT_TYPE
+PUBLISHER = report_mod.PUBLISHER
+
+# Attribute of a SchedulerManager holding its ReportListener.
+_ATTR = '_nova_gpu_report_listener'
+_POOLS = itertools.count()
 
 
 class ReportEndpoint:
     """oslo.messaging notification endpoint feeding a GpuView."""
 
     filter_rule = messaging.NotificationFilter(
-        event_type=r'^gpu\.host\.report$')
+        event_type='^%s$' % EVENT_TYPE.replace('.', r'\.'))
 
     def __init__(self, view):
         self.view = view
 
     def info(self, ctxt, publisher_id, event_type, payload, metadata):
+        # Whatever a report holds, it must not escape into oslo.messaging
+        # (which would requeue or drop the listener's batch) nor touch
+        # another host: ingest validates before it changes anything.
         try:
             entry = self.view.ingest(payload)
-        except exceptions.GpuError as e:
-            LOG.error('Dropping GPU report from %s: %s', publisher_id, e)
+        except Exception as e:
+            LOG.warning('Dropping GPU report from %s (host %s): %s',
+                        _shown(publisher_id), _host_of(payload), e)
             return messaging.NotificationResult.HANDLED
-        LOG.debug('GPU report %s of %s ingested (%d GPUs)',
-                  entry.generation, entry.nodename, len(entry.host.gpus))
+        if entry is not None:
+            LOG.debug('GPU report %s of %s ingested (%d GPUs)',
+                      entry.generation, entry.nodename,
+                      len(entry.host.gpus))
         return messaging.NotificationResult.HANDLED
 
 
+def _shown(value):
+    text = repr(value) if not isinstance(value, str) else value
+    return text if len(text) <= 100 else text[:97] + '...'
+
+
+def _host_of(payload):
+    try:
+        return _shown(payload.get('host'))
+    except Exception:
+        return 'unknown'
+
+
+class ReportListener:
+    """The notification listener of one scheduler (start/stop once)."""
+
+    def __init__(self, view, transport=None):
+        self.view = view
+        self._transport = transport
+        self._owns_transport = transport is None
+        self._server = None
+        self._lock = threading.Lock()
+
+    @property
+    def running(self):
+        return self._server is not None
+
+    def start(self):
+        with self._lock:
+            if self._server is not None:
+                return self
+            if self._transport is None:
+                self._transport = messaging.get_notification_transport(CONF)
+            target = messaging.Target(topic=CONF.gpu_scheduler.report_topic)
+            server = messaging.get_notification_listener(
+                self._transport, [target], [ReportEndpoint(self.view)],
+                executor='threading',
+                # One pool per listener: every scheduler worker (and every
+                # scheduler of a process) keeps a full view.
+                pool='nova-gpu-scheduler-%s-%d-%d' % (
+                    socket.gethostname(), os.getpid(), next(_POOLS)))
+            server.start()
+            self._server = server
+        LOG.info('Listening for GPU reports on topic %s',
+                 CONF.gpu_scheduler.report_topic)
+        return self
+
+    def stop(self):
+        """Stop consuming and wait for the poller and workers to end."""
+        with self._lock:
+            server, self._server = self._server, None
+            if server is None:
+                return
+            try:
+                server.stop()
+                server.wait()
+            finally:
+                if self._owns_transport and self._transport is not None:
+                    self._transport.cleanup()
+                    self._transport = None
+        LOG.info('Stopped listening for GPU reports')
+
+    # As an oslo.messaging server, for callers that stop then wait.
+    def wait(self):
+        self.stop()
+
+
 def start(view, transport=None):
-    """Start listening for reports; returns the running listener."""
-    transport = transport or messaging.get_notification_transport(CONF)
-    target = messaging.Target(topic=CONF.gpu_scheduler.report_topic)
-    listener = messaging.get_notification_listener(
-        transport, [target], [ReportEndpoint(view)], executor='threading',
-        # One pool per process: every scheduler worker keeps a full view.
-        pool='nova-gpu-scheduler-%s-%d' % (socket.gethostname(), os.getpid()))
-    listener.start()
-    LOG.info('Listening for GPU reports on topic %s',
-             CONF.gpu_scheduler.report_topic)
-    return listener
+    """Start a listener feeding ``view``; returns the ReportListener."""
+    return ReportListener(view, transport).start()
 
 
 def publish(report, transport=None):
@@ -65,3 +153,81 @@ def publish(report, transport=None):
         transport, publisher_id='%s.%s' % (PUBLISHER, report.get('host')),
         driver='messagingv2', topics=[CONF.gpu_scheduler.report_topic])
     notifier.info({}, EVENT_TYPE, report)
+
+
+# -- the nova-scheduler service lifecycle ----------------------------------
+
+_BOUND = False
+_BIND_LOCK = threading.Lock()
+
+
+def listener_of(manager):
+    """The ReportListener a SchedulerManager owns, or None."""
+    return getattr(manager, _ATTR, None)
+
+
+def _uses_plugin(manager):
+    from nova_gpu.scheduler import filters
+    from nova_gpu.scheduler import weighers
+    hm = getattr(manager, 'host_manager', None)
+    objs = list(getattr(hm, 'enabled_filters', ()) or ())
+    objs += list(getattr(hm, 'weighers', ()) or ())
+    return any(isinstance(o, (filters.GpuFilter, weighers._GpuWeigher))
+               for o in objs)
+
+
+def service_started(manager):
+    """Start ``manager``'s listener (its service is starting)."""
+    if not CONF.gpu_scheduler.report_listener or not _uses_plugin(manager):
+        return None
+    from nova_gpu.scheduler import view as view_mod
+    found = listener_of(manager)
+    if found is None:
+        found = ReportListener(view_mod.get_view())
+        setattr(manager, _ATTR, found)
+    return found.start()
+
+
+def service_stopping(manager):
+    """Stop ``manager``'s listener (its service is stopping)."""
+    found = listener_of(manager)
+    if found is not None:
+        try:
+            found.stop()
+        except Exception:
+            LOG.exception('Error stopping the GPU report listener')
+
+
+def bind_to_scheduler_service():
+    """Tie report listeners to nova-scheduler's service (once; see above).
+
+    Called by GpuFilter and the weighers when Nova builds them, inside
+    ``SchedulerManager.__init__``, before the service starts.
+    """
+    global _BOUND
+    with _BIND_LOCK:
+        if _BOUND:
+            return
+        try:
+            from nova.scheduler import manager as manager_mod
+        except ImportError:  # not inside Nova (tools, the simulator)
+            return
+        cls = manager_mod.SchedulerManager
+        init_host = cls.init_host
+        set_shutdown_in_progress = cls.set_shutdown_in_progress
+
+        @functools.wraps(init_host)
+        def init_host_with_reports(self, *args, **kwargs):
+            result = init_host(self, *args, **kwargs)
+            service_started(self)
+            return result
+
+        @functools.wraps(set_shutdown_in_progress)
+        def shutdown_with_reports(self, *args, **kwargs):
+            result = set_shutdown_in_progress(self, *args, **kwargs)
+            service_stopping(self)
+            return result
+
+        cls.init_host = init_host_with_reports
+        cls.set_shutdown_in_progress = shutdown_with_reports
+        _BOUND = True

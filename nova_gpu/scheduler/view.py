@@ -85,19 +85,32 @@ class Ranking:
 class HostEntry:
     """One compute node as the scheduler sees it."""
 
-    __slots__ = ('nodename', 'host', 'providers', 'uuids', 'generation',
-                 'version', 'pending', 'models', 'last', 'received',
-                 'rp_sets', 'topology_key', 'state_key')
+    __slots__ = ('nodename', 'host', 'providers', 'provider_info',
+                 'gpu_classes', 'uuids', 'uuid_names', 'generation',
+                 'boot_id', 'version', 'pending', 'models', 'last',
+                 'received', 'rp_sets', 'topology_key', 'state_key',
+                 'failures')
 
-    def __init__(self, nodename, host, providers, generation, received):
+    def __init__(self, nodename, host, providers, generation, received,
+                 provider_info=None, boot_id=None):
         self.nodename = nodename
         self.host = host
         self.providers = providers  # provider name -> GPU index
+        # provider name -> core.report.Provider (kind, class, MIG slot)
+        self.provider_info = dict(provider_info or {})
+        # Resource classes a report listed for this host's GPU providers:
+        # an allocation of one of them is a GPU allocation.
+        self.gpu_classes = frozenset(
+            p.resource_class for p in self.provider_info.values())
         self.uuids = {}  # provider UUID -> GPU index
+        self.uuid_names = {}  # provider UUID -> provider name
         self.rp_sets = {}  # candidate's provider UUIDs -> GPU indices
         self.generation = generation
+        self.boot_id = boot_id
         self.version = 0
         self.pending = []  # (expiry, placement) chosen since the report
+        # Problems met ranking this report (logged once each per report).
+        self.failures = set()
         # What a ranking depends on besides the request: equal keys on two
         # hosts give equal rankings, so hosts in the same state share one.
         self.topology_key = (
@@ -110,6 +123,11 @@ class HostEntry:
                                 for m in (g.model.name,) + g.model.aliases)
         self.last = None
         self.received = received
+
+    def mig_slot(self, rp_uuid):
+        """(MIG profile, start) behind a MIG-backed VF provider, or None."""
+        info = self.provider_info.get(self.uuid_names.get(rp_uuid))
+        return info.mig if info is not None else None
 
     def changed(self):
         self.version += 1
@@ -181,18 +199,32 @@ class GpuView:
     # -- reports ------------------------------------------------------------
 
     def ingest(self, report):
-        """Replace a host's GPUs with a fresh report; return its entry."""
-        host = report_mod.host_from_dict(report, self.catalog)
-        nodename = report.get('nodename') or host.name
-        providers = {name: index for index, name
-                     in report_mod.providers_of(report).items() if name}
-        entry = HostEntry(nodename, host, providers,
-                          report.get('generation', 0), self.clock())
+        """Replace a host's GPUs with a fresh report; return its entry.
+
+        Raises ``core.report.ReportError`` (naming host and field) for a
+        malformed report, before anything in the view changes. Returns the
+        entry kept, which is the old one when the report is stale.
+
+        Generations never freeze a host. A report whose generation is
+        lower than the one held is an out-of-order delivery, ignored,
+        unless (a) it carries another ``boot_id`` than the held one (the
+        agent restarted, whatever its clock says) or (b) the held report
+        arrived more than ``[gpu_scheduler] generation_reset_after``
+        seconds ago (an agent whose clock ran ahead, e.g. a year, and was
+        set back; a report that old would have been superseded by now if
+        the agent were still counting up from it). Both are logged at
+        WARNING. Generations that are not integers in 0..2**53-1 (``inf``,
+        floats, strings) are refused by the parser.
+        """
+        parsed = report_mod.parse(report, self.catalog)
+        providers = {p.name: p.gpu for p in parsed.providers}
+        entry = HostEntry(parsed.nodename, parsed.host, providers,
+                          parsed.generation, self.clock(),
+                          provider_info=parsed.provider_map(),
+                          boot_id=parsed.boot_id)
         with self._lock:
-            old = self._hosts.get(nodename)
-            if old is not None and entry.generation < old.generation:
-                LOG.debug('Ignoring GPU report %d of %s: have %d',
-                          entry.generation, nodename, old.generation)
+            old = self._hosts.get(entry.nodename)
+            if old is not None and not self._newer(old, entry):
                 return old
             known = False
             if old is not None:
@@ -201,11 +233,37 @@ class GpuView:
                 entry.version = old.version + 1
                 if old.providers == providers:
                     entry.uuids = old.uuids
+                    entry.uuid_names = old.uuid_names
                     known = len(old.uuids) == len(providers)
-            self._hosts[nodename] = entry
+            self._hosts[entry.nodename] = entry
         if not known:
             self.resolve(entry)
         return entry
+
+    def _newer(self, old, entry):
+        """Whether ``entry`` replaces ``old`` (see ``ingest``)."""
+        if entry.generation >= old.generation:
+            return True
+        if entry.boot_id is not None and entry.boot_id != old.boot_id:
+            LOG.warning('GPU report %d of %s is older than the one held '
+                        '(%d) but comes from a new agent run (boot_id %s, '
+                        'was %s): accepted', entry.generation,
+                        entry.nodename, old.generation, entry.boot_id,
+                        old.boot_id)
+            return True
+        age = self.clock() - old.received
+        bound = CONF.gpu_scheduler.generation_reset_after
+        if age > bound:
+            LOG.warning('GPU report %d of %s is older than the one held '
+                        '(%d), which arrived %.0f s ago (more than '
+                        '[gpu_scheduler] generation_reset_after = %d s): '
+                        'accepted; the agent\'s generations went back '
+                        '(clock set back?)', entry.generation,
+                        entry.nodename, old.generation, age, bound)
+            return True
+        LOG.debug('Ignoring GPU report %d of %s: have %d (out of order)',
+                  entry.generation, entry.nodename, old.generation)
+        return False
 
     def remove(self, nodename):
         with self._lock:
@@ -227,20 +285,20 @@ class GpuView:
             LOG.warning('Cannot resolve the GPU providers of %s yet: %s',
                         entry.nodename, e)
             return
+        self._set_uuids(entry, found)
+
+    def _set_uuids(self, entry, uuids_by_name):
+        names = {uuid: name for name, uuid in uuids_by_name.items()
+                 if name in entry.providers}
         with self._lock:
+            entry.uuid_names = names
             entry.uuids = {uuid: entry.providers[name]
-                           for name, uuid in found.items()
-                           if name in entry.providers}
+                           for uuid, name in names.items()}
             entry.rp_sets.clear()
 
     def set_provider_uuids(self, nodename, uuids_by_name):
         """Record provider UUIDs learnt elsewhere (tests, tools)."""
-        entry = self._hosts[nodename]
-        with self._lock:
-            entry.uuids = {uuid: entry.providers[name]
-                           for name, uuid in uuids_by_name.items()
-                           if name in entry.providers}
-            entry.rp_sets.clear()
+        self._set_uuids(self._hosts[nodename], uuids_by_name)
 
     # -- demand -------------------------------------------------------------
 
@@ -514,14 +572,16 @@ _VIEW_LOCK = threading.Lock()
 
 
 def get_view():
-    """The process-wide view, created (and its listener started) once."""
+    """The process-wide view, created once.
+
+    Reports reach it through the listener the nova-scheduler service
+    starts and stops (``listener.bind_to_scheduler_service``), never
+    from here: a view outlives no service by starting threads.
+    """
     global _VIEW
     with _VIEW_LOCK:
         if _VIEW is None:
             _VIEW = GpuView(resolver=PlacementResolver())
-            if CONF.gpu_scheduler.report_listener:
-                from nova_gpu.scheduler import listener
-                listener.start(_VIEW)
         return _VIEW
 
 

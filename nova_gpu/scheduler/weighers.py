@@ -18,6 +18,8 @@ from nova.scheduler import utils
 from nova.scheduler import weights
 from oslo_config import cfg
 
+from nova_gpu.scheduler import filters
+from nova_gpu.scheduler import listener
 from nova_gpu.scheduler import view as view_mod
 
 CONF = cfg.CONF
@@ -33,6 +35,7 @@ class _GpuWeigher(weights.BaseHostWeigher):
     def __init__(self, view=None):
         self._view = view
         self._multiplier = getattr(CONF.gpu_scheduler, self.option)
+        listener.bind_to_scheduler_service()
 
     @property
     def view(self):
@@ -47,10 +50,19 @@ class _GpuWeigher(weights.BaseHostWeigher):
             host_state, 'gpu_' + self.option, self._multiplier)
 
     def _weigh_object(self, host_state, weight_properties):
-        ranked = self.view.decision(host_state.nodename, weight_properties)
-        if ranked is None:
+        # One host's bad state weighs it neutral; it never fails the
+        # request for every host.
+        try:
+            ranked = self.view.decision(host_state.nodename,
+                                        weight_properties)
+            if ranked is None:
+                return 0.0
+            return float(self._weight(ranked))
+        except Exception as e:
+            filters.contained(self.view.get(host_state.nodename),
+                              host_state.nodename, type(self).__name__,
+                              '%s: %s' % (type(e).__name__, e))
             return 0.0
-        return self._weight(ranked)
 
 
 class GpuFragmentationWeigher(_GpuWeigher):

@@ -35,8 +35,10 @@ import itertools
 import os
 import re
 import sys
+import time
 
 import fixtures
+from nova.tests import fixtures as nova_fixtures
 from nova.tests.fixtures import libvirt as fakelibvirt
 from nova.tests.functional.libvirt import test_vgpu
 from oslo_config import cfg
@@ -163,6 +165,124 @@ class FakeGpu(fakelibvirt.FakePCIDevice):
             '@AVAILABLE@', str(self.gpu_profile.max_instances - used))
 
 
+# Tries to enter a cell before giving up (Nova's fixture alone: 3).
+CELL_SWITCH_TRIES = 20
+
+
+class _PatientTargetCell:
+    """``nova.context.target_cell`` of Nova's test fixture, retried.
+
+    Nova's ``CellDatabases`` fixture switches one global database state
+    between cells and, when concurrent requests keep switching it under
+    it, gives up after three tries: the context manager does not yield
+    (``RuntimeError: generator didn't yield``) before its body ran. Under
+    tens of concurrent boots that is the harness failing, not Nova, so
+    entering is tried again, a little later each time.
+    """
+
+    def __init__(self, target_cell, context, cell_mapping):
+        self._target_cell = target_cell
+        self._args = (context, cell_mapping)
+        self._entered = None
+
+    def __enter__(self):
+        for attempt in range(CELL_SWITCH_TRIES):
+            manager = self._target_cell(*self._args)
+            try:
+                result = manager.__enter__()
+            except RuntimeError as e:
+                if ("didn't yield" not in str(e)
+                        or attempt == CELL_SWITCH_TRIES - 1):
+                    raise
+                time.sleep(0.01 * (attempt + 1))
+                continue
+            self._entered = manager
+            return result
+
+    def __exit__(self, *exc_info):
+        return self._entered.__exit__(*exc_info)
+
+
+def _patient_cell_switching(case):
+    import nova.context
+    target_cell = nova.context.target_cell
+    case.useFixture(fixtures.MonkeyPatch(
+        'nova.context.target_cell',
+        lambda context, cell_mapping: _PatientTargetCell(
+            target_cell, context, cell_mapping)))
+
+
+class _ToServer:
+    """A SchedulerAPI whose RPC client sends to one scheduler ``server``."""
+
+    class _Client:
+        def __init__(self, client, server):
+            self._client = client
+            self._server = server
+
+        def prepare(self, **kw):
+            return self._client.prepare(server=self._server, **kw)
+
+        def __getattr__(self, name):
+            return getattr(self._client, name)
+
+    def __init__(self, api, server):
+        self.client = self._Client(api.client, server)
+
+
+def _round_robin(case, servers):
+    """Hand scheduling requests to the schedulers in turn.
+
+    RabbitMQ gives a queue's messages to its consumers in turn; Nova's
+    fake transport gives each to whichever listener polls first, which
+    here is always the first scheduler. Each ``select_destinations`` call
+    is sent to the next scheduler by name instead.
+    """
+    from nova.scheduler import rpcapi
+    real = rpcapi.SchedulerAPI.select_destinations
+    turn = itertools.cycle(servers)
+
+    def select_destinations(api, *args, **kwargs):
+        return real(_ToServer(api, next(turn)), *args, **kwargs)
+    case.useFixture(fixtures.MonkeyPatch(
+        'nova.scheduler.rpcapi.SchedulerAPI.select_destinations',
+        select_destinations))
+
+
+def _gpu_plugins(service):
+    """The GpuFilter and GPU weigher objects of a nova-scheduler service."""
+    from nova_gpu.scheduler import filters as filters_mod
+    from nova_gpu.scheduler import weighers as weighers_mod
+    hm = service.manager.host_manager
+    return [obj for obj in list(hm.enabled_filters) + list(hm.weighers)
+            if isinstance(obj, (filters_mod.GpuFilter,
+                                weighers_mod._GpuWeigher))]
+
+
+def _own_view(service):
+    """Give ``service``'s GPU filter and weighers a view of their own.
+
+    Where the plugin already keeps one view per scheduler service, that
+    view is used as it is; where it keeps one per process (``get_view``),
+    the service's filter and weighers get a fresh one here.
+    """
+    plugins = _gpu_plugins(service)
+    if not plugins:
+        return None  # stock Nova: nothing reads a view
+    # The process-wide view, where the plugin still has one.
+    shared = getattr(view_mod, 'get_view', lambda: None)()
+    current = {id(p.view): p.view for p in plugins}
+    if len(current) == 1 and shared not in current.values():
+        return next(iter(current.values()))
+    view = view_mod.GpuView(resolver=view_mod.PlacementResolver())
+    for plugin in plugins:
+        plugin._view = view
+        if plugin.view is not view:
+            raise RuntimeError('cannot give %s of %s its own GPU view'
+                               % (type(plugin).__name__, service.host))
+    return view
+
+
 def _pci_info(spec, bus):
     info = fakelibvirt.HostPCIDevicesInfo(num_pci=0, num_pfs=0, num_vfs=0)
     for slot in range(spec.gpus):
@@ -187,6 +307,9 @@ class GpuCloudTestCase(test_vgpu.VGPUTestBase):
     HOSTS = ()
     NOVA_CONF = PLUGIN_CONF
     USES_PLUGIN = True
+    # nova-scheduler services started, each with its own GPU view fed by
+    # the same reports (as several scheduler hosts in production).
+    SCHEDULERS = 1
 
     def _setup_scheduler_service(self):
         # Runs before any service starts: the place for nova.conf.
@@ -198,12 +321,29 @@ class GpuCloudTestCase(test_vgpu.VGPUTestBase):
             view_mod.GpuView(resolver=view_mod.PlacementResolver()))
         self.addCleanup(view_mod.set_view, None)
         self._generations = itertools.count(1)
-        return self.start_service('scheduler')
+        first = self.start_service('scheduler')
+        self.schedulers = [first]
+        self.gpu_views = [self.gpu_view]
+        for n in range(1, self.SCHEDULERS):
+            # Nova's start_service allows one scheduler; the fixture under
+            # it does not mind. Both consume the same RPC topic.
+            service = self.useFixture(nova_fixtures.ServiceFixture(
+                'scheduler', host='scheduler-%d' % n)).service
+            self.addCleanup(service.stop)
+            self.schedulers.append(service)
+            view = _own_view(service)
+            if view is not None:
+                self.gpu_views.append(view)
+        if len(self.schedulers) > 1:
+            _round_robin(self, [s.host for s in self.schedulers])
+        return first
 
     def setUp(self):
         super().setUp()
+        _patient_cell_switching(self)
         self._host_specs = {}
         self._buses = {}
+        self._rp_uuids = {}  # provider name -> UUID, see _provider_get
         # provider name -> {consumer UUID: [MIG Slot, ...]}
         self._mig_slots = collections.defaultdict(dict)
         by_type = collections.defaultdict(list)
@@ -284,25 +424,41 @@ class GpuCloudTestCase(test_vgpu.VGPUTestBase):
                            for n in range(cells)],
             'gpus': raw}
 
+    def _provider_get(self, provider_name, what):
+        """GET ``/resource_providers/<uuid>/<what>`` of a named provider;
+        None while Placement has no such provider.
+
+        The name's UUID is remembered: reports are built often (every
+        state change, and in the reliability runs many times a second).
+        """
+        for _attempt in range(2):
+            uuid = self._rp_uuids.get(provider_name)
+            if uuid is None:
+                rps = self.placement.get(
+                    '/resource_providers?name=%s' % provider_name).body[
+                    'resource_providers']
+                if not rps:
+                    return None
+                uuid = self._rp_uuids[provider_name] = rps[0]['uuid']
+            resp = self.placement.get('/resource_providers/%s/%s'
+                                      % (uuid, what))
+            if resp.status == 200:
+                return resp.body
+            # Deleted and made again (a compute restarted): look it up.
+            self._rp_uuids.pop(provider_name, None)
+        return None
+
     def _vgpu_usage(self, provider_name):
-        rps = self.placement.get(
-            '/resource_providers?name=%s' % provider_name).body[
-            'resource_providers']
-        if not rps:
-            return 0
-        return self._get_provider_usages(rps[0]['uuid']).get('VGPU', 0)
+        body = self._provider_get(provider_name, 'usages')
+        return body['usages'].get('VGPU', 0) if body else 0
 
     def _vgpu_consumers(self, provider_name):
         """Consumer UUID -> VGPU count on the provider, from Placement."""
-        rps = self.placement.get(
-            '/resource_providers?name=%s' % provider_name).body[
-            'resource_providers']
-        if not rps:
+        body = self._provider_get(provider_name, 'allocations')
+        if not body:
             return {}
-        allocs = self.placement.get('/resource_providers/%s/allocations'
-                                    % rps[0]['uuid']).body['allocations']
         return {consumer: alloc['resources'].get('VGPU', 0)
-                for consumer, alloc in allocs.items()
+                for consumer, alloc in body['allocations'].items()
                 if alloc['resources'].get('VGPU')}
 
     def _mig_devices(self, hostname, provider, index, model, profile):
@@ -336,14 +492,16 @@ class GpuCloudTestCase(test_vgpu.VGPUTestBase):
         """MIG slots on GPU ``index`` the scheduler's view chose, best
         first: its decision for ``consumer``, then the claims it counted.
         """
-        entry = self.gpu_view.get(hostname)
-        if entry is None:
-            return []
-        placements = [p for _expiry, p in entry.pending]
-        last = entry.last
-        if (last is not None and last.ranked is not None
-                and last.instance_uuid == consumer):
-            placements.insert(0, last.ranked.choice.placement)
+        placements = []
+        for view in self._views():
+            entry = view.get(hostname)
+            if entry is None:
+                continue
+            last = entry.last
+            if (last is not None and last.ranked is not None
+                    and last.instance_uuid == consumer):
+                placements.insert(0, last.ranked.choice.placement)
+            placements.extend(p for _expiry, p in entry.pending)
         return [s for p in placements for s in p.slots
                 if s.gpu == index and s.kind == host_mod.MIG]
 
@@ -353,12 +511,21 @@ class GpuCloudTestCase(test_vgpu.VGPUTestBase):
                 for provider, by_consumer in self._mig_slots.items()
                 if by_consumer.get(server['id'])}
 
-    def sync_gpu_reports(self):
-        """Publish every host's report to the scheduler's view."""
-        endpoint = listener.ReportEndpoint(self.gpu_view)
-        for hostname in self._host_specs:
-            endpoint.info({}, '%s.%s' % (listener.PUBLISHER, hostname),
-                          listener.EVENT_TYPE, self.gpu_report(hostname), {})
+    def _views(self):
+        """Every scheduler's GPU view (``gpu_view`` is the first one's)."""
+        return [self.gpu_view] + getattr(self, 'gpu_views', [])[1:]
+
+    def sync_gpu_reports(self, hostnames=None):
+        """Publish every host's report (or ``hostnames``') to the
+        schedulers' views.
+        """
+        endpoints = [listener.ReportEndpoint(view)
+                     for view in self._views()]
+        for hostname in hostnames or self._host_specs:
+            report = self.gpu_report(hostname)
+            for endpoint in endpoints:
+                endpoint.info({}, '%s.%s' % (listener.PUBLISHER, hostname),
+                              listener.EVENT_TYPE, report, {})
 
     def _wait_for_state_change(self, server, expected_status, *args,
                                **kwargs):
@@ -371,14 +538,17 @@ class GpuCloudTestCase(test_vgpu.VGPUTestBase):
     # -- helpers for tests and the demo -----------------------------------
 
     def create_gpu_flavor(self, extra_specs, memory_mb=2048, vcpu=2,
-                          name=None):
-        """A flavor with ``gpu:`` extra specs plus the Placement keys."""
+                          name=None, **kw):
+        """A flavor with ``gpu:`` extra specs plus the Placement keys.
+
+        ``kw``: more of ``_create_flavor``'s arguments (disk, ephemeral...).
+        """
         specs = dict(extra_specs)
         if not any(k.startswith('resources') for k in specs):
             parsed = flavor_mod.parse(specs, vcpus=vcpu, memory_mb=memory_mb)
             specs.update(flavor_mod.placement_extra_specs(parsed))
         return self._create_flavor(memory_mb=memory_mb, vcpu=vcpu,
-                                   name=name, extra_spec=specs)
+                                   name=name, extra_spec=specs, **kw)
 
     def boot(self, flavor_id, expected_state='ACTIVE', **kw):
         return self._create_server(image_uuid=IMAGE, flavor_id=flavor_id,

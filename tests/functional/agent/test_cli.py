@@ -21,12 +21,20 @@ class TestCli(test_mdev.MdevTestCase):
             self.fail('%s failed: %s' % (' '.join(args), proc.stderr))
         if not ok:
             self.assertEqual(1, proc.returncode, proc.stdout)
-            return proc.stderr
+            # one line, the last one, and no traceback
+            self.assertNotIn('Traceback', proc.stderr)
+            last = proc.stderr.strip().splitlines()[-1]
+            self.assertTrue(last.startswith('nova-gpu: error: '),
+                            proc.stderr)
+            return last
         return proc.stdout
 
     def test_list_profiles_create_attach_remove(self):
         out = self.nova_gpu('list')
-        self.assertIn('0000:3b:00.0  T4', out)
+        self.assertIn('| 0000:3b:00.0 | T4 ', out)
+        table = self.nova_gpu('report', '--providers')
+        self.assertIn('| pf_mdev | %s_pci_0000_3b_00_0 | VGPU ' % (
+            json.loads(self.nova_gpu('report'))['nodename']), table)
         profiles = json.loads(self.nova_gpu('--json', 'profiles', '0'))
         self.assertEqual({'nvidia-222': 16, 'nvidia-223': 8},
                          {p['type']: p['free'] for p in profiles})
@@ -54,3 +62,9 @@ class TestCli(test_mdev.MdevTestCase):
         err = self.nova_gpu('attach', 'nope', '--mdev',
                             '4b20d080-1b54-4048-85b3-a6a62d165c01', ok=False)
         self.assertIn("no libvirt domain named 'nope'", err)
+
+    def test_remove_vgpu_of_missing_vf(self):
+        # was: FileNotFoundError and a traceback
+        err = self.nova_gpu('remove', 'vgpu', '0000:3b:00.7', ok=False)
+        self.assertIn('0000:3b:00.7', err)
+        self.assertIn('does not exist', err)

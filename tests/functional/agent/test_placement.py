@@ -57,7 +57,11 @@ class TestPlacementReader(testtools.TestCase):
         reader = placement.PlacementReader(self.conn)
         report = reader.annotate(self.inv.report())
         self.assertEqual(gpu0.id, report['gpus'][0]['provider_uuid'])
+        self.assertEqual({'cmp1_pci_0000_3b_00_0': gpu0.id},
+                         report['gpus'][0]['provider_uuids'])
         self.assertIsNone(report['gpus'][1]['provider_uuid'])
+        self.assertEqual({'cmp1_pci_0000_5e_00_0': None},
+                         report['gpus'][1]['provider_uuids'])
         self.assertEqual(['cmp1_pci_0000_5e_00_0'],
                          report['agent']['placement_missing'])
         info = reader.providers(['cmp1_pci_0000_3b_00_0'])[

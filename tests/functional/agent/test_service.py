@@ -30,6 +30,7 @@ reconcile_interval = 0
 orphan_grace_period = 0
 provider_config_file = {dir}/provider_config/nova-gpu.yaml
 outbox_dir = {dir}/outbox
+state_dir = {dir}/state
 report_topic = {topic}
 """
 

@@ -17,7 +17,7 @@ def candidate(*rps):
             'mappings': {'': list(rps)}}
 
 
-class FilterTest(base.TestCase):
+class _FilterBase(base.TestCase):
 
     def setUp(self):
         super().setUp()
@@ -47,6 +47,9 @@ class FilterTest(base.TestCase):
     def run_filter(self, states, spec_obj):
         handler = nova_filters.HostFilterHandler()
         return handler.get_filtered_objects([self.filter], states, spec_obj)
+
+
+class FilterTest(_FilterBase):
 
     def test_candidates_reordered_to_the_best_gpu(self):
         self.add_host('h1', 'A100-40GB', vgpu_type='A100-10C', used={2: 1})
@@ -136,3 +139,131 @@ class FilterTest(base.TestCase):
             metadata={'gpu_fragmentation_weight_multiplier': '-2.5'})]
         self.assertEqual(-2.5, self.weighers[0].weight_multiplier(state))
         self.assertEqual(1.0, self.weighers[1].weight_multiplier(state))
+
+
+class ContainmentTest(_FilterBase):
+    """Issue 10 item 2: one bad host never breaks scheduling of others."""
+
+    def test_bad_report_does_not_stop_gpu_scheduling(self):
+        # Today's reproducer: a report with pcie_switch {} was accepted
+        # and every later ranking of that host raised TypeError out of
+        # the filter, so every GPU boot went to ERROR.
+        from nova_gpu.scheduler import listener
+        log = self.useFixture(fixtures.FakeLogger(level=logging.WARNING))
+        self.add_host('h2', 'A100-40GB', vgpu_type='A100-10C')
+        bad = base.gpu_report('h1', 'A100-40GB', vgpu_type='A100-10C')
+        bad['gpus'][0]['pcie_switch'] = {}
+        listener.ReportEndpoint(self.view).info(
+            {}, 'nova-gpu-agent.h1', listener.EVENT_TYPE, bad, {})
+        s1 = self.host_state('h1', [candidate('h1-rp0')])
+        s2 = self.host_state('h2', [candidate('h2-rp0')])
+        passed = self.run_filter([s1, s2],
+                                 self.request(resources__VGPU='1'))
+        # h1 has no usable report: a stock flavor treats it as Nova does.
+        self.assertEqual([s1, s2], passed)
+        self.assertIn('gpus[0].pcie_switch', log.output)
+
+    def test_host_whose_ranking_raises_is_refused_once_logged(self):
+        log = self.useFixture(fixtures.FakeLogger(level=logging.WARNING))
+        self.add_host('h1', 'A100-40GB', vgpu_type='A100-10C')
+        self.add_host('h2', 'A100-40GB', vgpu_type='A100-10C')
+        real = self.view.ranking
+
+        def ranking(entry, *args, **kwargs):
+            if entry.nodename == 'h1':
+                raise TypeError("unhashable type: 'dict'")
+            return real(entry, *args, **kwargs)
+        self.useFixture(fixtures.MonkeyPatch(
+            'nova_gpu.scheduler.view.GpuView.ranking',
+            lambda view, entry, *a, **kw: ranking(entry, *a, **kw)))
+        for i in range(3):
+            s1 = self.host_state('h1', [candidate('h1-rp0')])
+            s2 = self.host_state('h2', [candidate('h2-rp0')])
+            spec_obj = self.request(resources__VGPU='1')
+            passed = self.run_filter([s1, s2], spec_obj)
+            self.assertEqual([s2], passed)
+            weighed = nova_weights.HostWeightHandler().get_weighed_objects(
+                self.weighers, [s1, s2], spec_obj)
+            self.assertEqual(2, len(weighed))
+        lines = [line for line in log.output.splitlines()
+                 if 'GpuFilter contained an error on host h1' in line]
+        # Once per report of that host, not once per request.
+        self.assertEqual(1, len(lines), log.output)
+        self.assertIn('TypeError', lines[0])
+        # A new report of h1: logged again.
+        self.add_host('h1', 'A100-40GB', vgpu_type='A100-10C',
+                      generation=2)
+        self.run_filter([self.host_state('h1', [candidate('h1-rp0')])],
+                        self.request(resources__VGPU='1'))
+        self.assertEqual(2, log.output.count(
+            'GpuFilter contained an error on host h1'))
+
+    def test_weigher_error_weighs_neutral(self):
+        log = self.useFixture(fixtures.FakeLogger(level=logging.WARNING))
+        self.add_host('h1', 'A100-40GB', vgpu_type='A100-10C')
+        self.add_host('h2', 'A100-40GB', vgpu_type='A100-10C')
+        states = [self.host_state('h1', [candidate('h1-rp0')]),
+                  self.host_state('h2', [candidate('h2-rp0')])]
+        spec_obj = self.request(resources__VGPU='1')
+        self.run_filter(states, spec_obj)
+        self.useFixture(fixtures.MonkeyPatch(
+            'nova_gpu.scheduler.view.GpuView.decision',
+            lambda *a: (_ for _ in ()).throw(ValueError('boom'))))
+        weighed = nova_weights.HostWeightHandler().get_weighed_objects(
+            self.weighers, states, spec_obj)
+        self.assertEqual(2, len(weighed))
+        self.assertEqual([0.0, 0.0], [w.weight for w in weighed])
+        self.assertIn('GpuFragmentationWeigher contained an error on host '
+                      'h1', log.output)
+
+
+class EveryProviderTest(_FilterBase):
+    """Issue 9 item 1: candidates are ordered on any provider of a GPU."""
+
+    def add_vf_host(self, nodename, used=None):
+        from nova_gpu.core import report as report_mod
+        data = base.gpu_report(nodename, 'A100-40GB', vgpu_type='A100-10C',
+                               used=used)
+        for raw in data['gpus']:
+            pf = raw['address']
+            raw['providers'] = [report_mod.provider_dict(
+                report_mod.mdev_provider_name(nodename, pf[:-1] + str(f)),
+                report_mod.VF_MDEV, pf[:-1] + str(f),
+                vgpu_type='A100-10C') for f in (4, 5)]
+        entry = self.view.ingest(data)
+        self.view.set_provider_uuids(nodename, {
+            name: 'rp-' + name[-6:] for name in entry.providers})
+        return entry
+
+    def test_vf_providers_ordered_to_the_used_gpu(self):
+        entry = self.add_vf_host('h1', used={2: 1})
+        self.assertEqual(8, len(entry.uuids))
+        vf = {index: sorted(u for u, i in entry.uuids.items()
+                            if i == index) for index in range(4)}
+        state = self.host_state('h1', [candidate(vf[0][0]),
+                                       candidate(vf[1][1]),
+                                       candidate(vf[2][1])])
+        self.assertEqual([state], self.run_filter(
+            [state], self.request(resources__VGPU='1')))
+        self.assertEqual(vf[2][1], list(
+            state.allocation_candidates[0]['allocations'])[0])
+
+    def test_pci_class_counts_as_a_gpu_allocation(self):
+        from nova_gpu.core import report as report_mod
+        from nova_gpu.scheduler import filters
+        data = base.gpu_report('h1', 'A100-40GB', count=2)
+        rc = report_mod.pci_default_resource_class('10de', '20b0')
+        for raw in data['gpus']:
+            raw['providers'] = [report_mod.provider_dict(
+                report_mod.pci_provider_name('h1', raw['address']),
+                report_mod.PCI_POOL, raw['address'], rc, 'A100-10C')]
+        entry = self.view.ingest(data)
+        pool = {'allocations': {'pool-1': {'resources': {rc: 1}},
+                                'root': {'resources': {'VCPU': 2}}}}
+        # Unresolved pool provider: the GPU is unknown, not "no GPU".
+        self.assertIsNone(filters._gpus_of(entry, pool, 'VGPU'))
+        entry = self.view.ingest(dict(data, generation=2))
+        self.view.set_provider_uuids('h1', {
+            report_mod.pci_provider_name('h1', data['gpus'][1]['address']):
+            'pool-1'})
+        self.assertEqual((1,), filters._gpus_of(entry, pool, 'VGPU'))

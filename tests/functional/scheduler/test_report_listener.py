@@ -1,10 +1,13 @@
 """Agent reports reach the scheduler's view through a real RabbitMQ."""
 
 import socket
+import threading
 import time
 import uuid
 
 import fixtures
+from nova import test as nova_test
+from nova.tests.functional import fixtures as func_fixtures
 from oslo_config import cfg
 from oslo_config import fixture as config_fixture
 import oslo_messaging as messaging
@@ -70,3 +73,77 @@ class ReportListenerTest(testtools.TestCase):
         # Newer reports replace the host; the listener keeps up.
         self.assertEqual(0, pub.publish(self.report(2)))
         self.wait_for(2)
+
+
+@testtools.skipUnless(_rabbit_up(), 'no RabbitMQ on %s:%d' % RABBIT)
+class SchedulerServiceLifecycleTest(nova_test.TestCase):
+    """Issue 10 item 8 / issue 9 item 6: the listener lives and dies with
+    the nova-scheduler service (Nova's RPCPollerCleanupFixture, active in
+    this base class, fails the test if a poller outlives it).
+    """
+
+    def setUp(self):
+        super().setUp()
+        self.useFixture(func_fixtures.PlacementFixture())
+        self.topic = 'nova_gpu_reports_svc_%s' % uuid.uuid4().hex[:8]
+        self.flags(available_filters=[
+            'nova.scheduler.filters.all_filters',
+            'nova_gpu.scheduler.filters.GpuFilter'],
+            enabled_filters=['ComputeFilter', 'GpuFilter'],
+            group='filter_scheduler')
+        self.flags(report_listener=True, report_topic=self.topic,
+                   group='gpu_scheduler')
+        # Nova's own RPC and notifications stay on the fake bus the base
+        # class set up; the GPU reports come over the real broker.
+        self.flags(transport_url=URL, group='oslo_messaging_notifications')
+        self.view = view_mod.set_view(view_mod.GpuView())
+        self.addCleanup(view_mod.set_view, None)
+
+    def report(self, generation):
+        model = catalog_mod.load_catalog().model('L4')
+        host = host_mod.Host('svc-host', [host_mod.Gpu(i, model)
+                                          for i in range(2)])
+        return report_mod.host_to_dict(host, generation=generation)
+
+    def test_listener_started_and_stopped_with_the_service(self):
+        service = self.start_service('scheduler')
+        found = listener.listener_of(service.manager)
+        self.assertIsNotNone(found)
+        self.assertTrue(found.running)
+        server = found._server
+        self.assertTrue(server.listener._started)
+        threads = set(threading.enumerate())
+
+        outbox = self.useFixture(fixtures.TempDir()).path
+        pub = publisher.ReportPublisher(cfg.CONF, self.topic, outbox,
+                                        url=URL)
+        try:
+            self.assertEqual(0, pub.publish(self.report(1)))
+        finally:
+            pub.close()
+        deadline = time.time() + 20
+        while self.view.get('svc-host') is None and time.time() < deadline:
+            time.sleep(0.1)
+        self.assertIsNotNone(self.view.get('svc-host'), 'not ingested')
+        self.assertIn('Thread-', ' '.join(
+            t.name for t in threading.enumerate() if t not in threads))
+
+        service.stop()
+        self.assertFalse(found.running)
+        self.assertFalse(server.listener._started)
+        # The poller, its executor and the broker connection's heartbeat
+        # threads are gone: nothing of the listener outlives the service.
+        deadline = time.time() + 10
+        while time.time() < deadline and self._messaging_threads():
+            time.sleep(0.1)
+        self.assertEqual([], self._messaging_threads())
+
+    @staticmethod
+    def _messaging_threads():
+        return [t.name for t in threading.enumerate() if t.is_alive() and (
+            t.name == 'Rabbit-heartbeat' or '_runner' in t.name)]
+
+    def test_no_listener_without_the_option_or_the_plugin(self):
+        self.flags(report_listener=False, group='gpu_scheduler')
+        service = self.start_service('scheduler')
+        self.assertIsNone(listener.listener_of(service.manager))

@@ -15,6 +15,8 @@ vGPU type ids are illustrative (they differ per driver release).
 """
 
 import ctypes
+import json
+import os
 import types
 
 import pynvml
@@ -51,12 +53,13 @@ class FakeGpu:
         self.vgpu_types = dict(vgpu_types or {})
         self.gis = {}  # gi id -> dict(profile, start, size, cis)
         self.next_gi = 1
+        self.vgpus = {}  # vGPU instance id -> GPU instance id it runs on
 
 
 class FakePynvml(types.SimpleNamespace):
     """Behaves like the pynvml module for the calls the agent makes."""
 
-    def __init__(self, gpus=(), library_missing=False):
+    def __init__(self, gpus=(), library_missing=False, state_file=None):
         super().__init__()
         for name in dir(pynvml):
             if name.startswith(('NVML_', 'NVMLError', 'c_nvml')):
@@ -66,6 +69,59 @@ class FakePynvml(types.SimpleNamespace):
         self.fail_compute_instance = False
         self.calls = []
         self._gi_handles = {}
+        self.vgpu_listing_fails = False
+        # With a state file the GPU instances live there, as they live in
+        # the driver: a process killed mid-change leaves them, and the next
+        # process sees them (crash tests).
+        self.state_file = state_file
+        if state_file and os.path.exists(state_file):
+            self._sync()
+
+    def _sync(self):
+        if not self.state_file:
+            return
+        try:
+            with open(self.state_file) as f:
+                state = json.load(f)
+        except FileNotFoundError:
+            return
+        for dev, st in zip(self.gpus, state):
+            dev.gis = {int(k): v for k, v in st['gis'].items()}
+            dev.next_gi = st['next_gi']
+            dev.vgpus = {int(k): v for k, v in st['vgpus'].items()}
+
+    def _flush(self):
+        if not self.state_file:
+            return
+        tmp = self.state_file + '.tmp'
+        with open(tmp, 'w') as f:
+            json.dump([{'gis': d.gis, 'next_gi': d.next_gi,
+                        'vgpus': d.vgpus} for d in self.gpus], f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.state_file)
+
+    # -- vGPUs on MIG (what the driver reports of running guests) -----------
+
+    def start_vgpu_on(self, dev, gi_id):
+        """A guest's vGPU now runs on GPU instance ``gi_id``."""
+        self._sync()
+        vgpu = max(list(dev.vgpus) + [0]) + 1
+        dev.vgpus[vgpu] = gi_id
+        self._flush()
+        return vgpu
+
+    def nvmlDeviceGetActiveVgpus(self, dev):
+        if self.vgpu_listing_fails:
+            raise pynvml.NVMLError_NotSupported()
+        self._sync()
+        return sorted(dev.vgpus)
+
+    def nvmlVgpuInstanceGetGpuInstanceId(self, vgpu):
+        for dev in self.gpus:
+            if vgpu in dev.vgpus:
+                return dev.vgpus[vgpu]
+        raise pynvml.NVMLError_NotFound()
 
     # -- init ---------------------------------------------------------------
 
@@ -159,6 +215,7 @@ class FakePynvml(types.SimpleNamespace):
         return dev, gi_id
 
     def nvmlDeviceGetGpuInstances(self, dev, profile_id, handles, count):
+        self._sync()
         found = [g for g, gi in sorted(dev.gis.items())
                  if gi['profile_id'] == profile_id]
         for i, gi_id in enumerate(found):
@@ -174,6 +231,7 @@ class FakePynvml(types.SimpleNamespace):
                                             size=gi['size']))
 
     def nvmlDeviceGetGpuInstanceById(self, dev, gi_id):
+        self._sync()
         if gi_id not in dev.gis:
             raise pynvml.NVMLError_NotFound()
         return self._gi_handle(dev, gi_id)
@@ -198,8 +256,10 @@ class FakePynvml(types.SimpleNamespace):
                        if v[0] == profile_id)
         if A100_GI_PROFILES[profile][3] != placement.size:
             raise pynvml.NVMLError_InvalidArgument()
-        return self._gi_handle(dev, self.add_gi(dev, profile,
-                                                placement.start))
+        self._sync()
+        gi_id = self.add_gi(dev, profile, placement.start)
+        self._flush()
+        return self._gi_handle(dev, gi_id)
 
     def nvmlGpuInstanceGetComputeInstanceProfileInfo(self, gi, profile,
                                                      engine):
@@ -209,23 +269,41 @@ class FakePynvml(types.SimpleNamespace):
         if self.fail_compute_instance:
             raise pynvml.NVMLError_InsufficientResources()
         dev, gi_id = self._gi(gi)
+        self._sync()
         dev.gis[gi_id]['cis'] += 1
+        self._flush()
 
     def nvmlGpuInstanceGetComputeInstances(self, gi, profile_id, cis, count):
         dev, gi_id = self._gi(gi)
-        n = dev.gis[gi_id]['cis'] if profile_id == 0 else 0
+        self._sync()
+        n = dev.gis[gi_id]['cis']
+        index = self.gpus.index(dev)
         for i in range(n):
-            cis[i] = ctypes.cast(ctypes.c_void_p(gi_id * 100 + i + 1),
-                                 pynvml.c_nvmlComputeInstance_t)
+            cis[i] = ctypes.cast(
+                ctypes.c_void_p((index * 1000 + gi_id) * 100 + i + 1),
+                pynvml.c_nvmlComputeInstance_t)
         count._obj.value = n
 
     def nvmlComputeInstanceDestroy(self, ci):
+        value = ctypes.cast(ci, ctypes.c_void_p).value - 1
+        index, gi_id = divmod(value // 100, 1000)
         self.calls.append(('destroy_ci',))
+        self._sync()
+        gi = self.gpus[index].gis.get(gi_id)
+        if gi and gi['cis']:
+            gi['cis'] -= 1
+            self._flush()
 
     def nvmlGpuInstanceDestroy(self, gi):
         dev, gi_id = self._gi(gi)
         self.calls.append(('destroy_gi', gi_id))
+        self._sync()
+        if dev.gis.get(gi_id, {}).get('cis'):
+            raise pynvml.NVMLError_InUse()  # compute instances first
+        if gi_id in dev.vgpus.values():
+            raise pynvml.NVMLError_InUse()
         del dev.gis[gi_id]
+        self._flush()
 
 
 def hgx_h100():
@@ -240,12 +318,15 @@ def hgx_h100():
     return FakePynvml(gpus)
 
 
-def a100_mig():
+def a100_mig(state_file=None):
     gpu = FakeGpu('00000000:07:00.0', 'NVIDIA A100-SXM4-40GB', 40960,
                   mig=True)
-    fake = FakePynvml([gpu])
+    fake = FakePynvml([gpu], state_file=state_file)
+    if state_file and os.path.exists(state_file):
+        return fake  # the instances made before are in the state file
     fake.add_gi(gpu, pynvml.NVML_GPU_INSTANCE_PROFILE_3_SLICE, 0)
     fake.add_gi(gpu, pynvml.NVML_GPU_INSTANCE_PROFILE_2_SLICE, 4)
+    fake._flush()
     return fake
 
 

@@ -153,7 +153,38 @@ class FakeSysfs:
     # -- NVIDIA vendor VFIO on SR-IOV VFs --------------------------------
 
     def add_vfs(self, addr, count, creatable, first_fn=4):
-        """Add ``count`` VFs of ``addr``; ``creatable`` maps id -> name."""
+        """Add ``count`` NVIDIA vendor VFIO VFs of ``addr`` (vGPU 17+).
+
+        Each VF has ``nvidia/creatable_vgpu_types`` (``creatable`` maps
+        id -> name) and ``nvidia/current_vgpu_type`` (0: no type yet).
+        """
+        vfs = self._add_sriov_vfs(addr, count, first_fn)
+        for vf in vfs:
+            nv = self.path(self._devs[vf], 'nvidia')
+            _write(os.path.join(nv, 'creatable_vgpu_types'),
+                   'ID    : vGPU Name\n' + ''.join(
+                       '%-5s : %s\n' % (k, v)
+                       for k, v in sorted(creatable.items())))
+            _write(os.path.join(nv, 'current_vgpu_type'), '0\n')
+        return vfs
+
+    def add_mdev_vfs(self, addr, count, types, first_fn=4):
+        """Add ``count`` VFs of ``addr`` that are mdev parents (SR-IOV +
+        mdev, NVIDIA vGPU 16 and older); ``types`` maps type id ->
+        (name, instances), usually 1 instance per VF.
+        """
+        vfs = self._add_sriov_vfs(addr, count, first_fn)
+        for vf in vfs:
+            for type_id, (name, instances) in sorted(types.items()):
+                self.add_mdev_type(vf, type_id, name, instances)
+        return vfs
+
+    def set_vgpu_type(self, vf, type_id):
+        """What writing ``nvidia/current_vgpu_type`` of a VF leaves."""
+        _write(self.path(self._devs[vf], 'nvidia', 'current_vgpu_type'),
+               '%d\n' % type_id)
+
+    def _add_sriov_vfs(self, addr, count, first_fn):
         vfs = []
         parent_rel = os.path.dirname(self._devs[addr])
         with open(self.path(self._devs[addr], 'device')) as f:
@@ -171,12 +202,6 @@ class FakeSysfs:
                   self.root)
             _link(self._devs[vf], self.path(self._devs[addr],
                                             'virtfn%d' % i), self.root)
-            nv = self.path(self._devs[vf], 'nvidia')
-            _write(os.path.join(nv, 'creatable_vgpu_types'),
-                   'ID    : vGPU Name\n' + ''.join(
-                       '%-5s : %s\n' % (k, v)
-                       for k, v in sorted(creatable.items())))
-            _write(os.path.join(nv, 'current_vgpu_type'), '0\n')
             vfs.append(vf)
         return vfs
 

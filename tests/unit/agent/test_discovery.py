@@ -89,7 +89,10 @@ class TestHgxH100(SysfsCase):
         data = self.inv.report(generation=7)
         self.assertEqual(report.VERSION, data['version'])
         self.assertEqual(7, data['generation'])
-        self.assertEqual('hgx1_pci_0000_1b_00_0', data['gpus'][0]['provider'])
+        # Plain PFs on the nvidia driver, no VFs or mdev types: Nova
+        # makes no provider for them.
+        self.assertEqual([], data['gpus'][0]['providers'])
+        self.assertIsNone(data['gpus'][0]['provider'])
         self.assertEqual(['CUSTOM_GPU_MODEL_H100_80GB', 'CUSTOM_GPU_NUMA_1',
                           'CUSTOM_GPU_NVLINK_0'], data['gpus'][7]['traits'])
         host = report.host_from_dict(data, CATALOG)
@@ -216,3 +219,200 @@ class TestSriovVendorFiles(SysfsCase):
     def test_bad_pci_address(self):
         self.assertRaises(errors.InvalidName, self.sysfs.pci_function,
                           '../../etc')
+
+
+class TestAddressPatterns(SysfsCase):
+    """'$' matches before a final newline; the patterns must not."""
+
+    def test_trailing_newline_is_not_an_address(self):
+        self.fs.add_pci('0000:3b:00.0', '0x1eb8')
+        for text in ('0000:3b:00.0\n', '0000:3b:00.0\n\n',
+                     '\n0000:3b:00.0', '0000:3b:00.0 '):
+            self.assertIsNone(sysfs.PCI_ADDR_RE.match(text), repr(text))
+            self.assertFalse(sysfs.is_pci_address(text), repr(text))
+            e = self.assertRaises(errors.InvalidName,
+                                  self.sysfs.pci_function, text)
+            self.assertIn('not a PCI address', str(e))
+        self.assertEqual('0000:3b:00.0', self.sysfs.pci_function(
+            '0000:3b:00.0').address)
+
+    def test_trailing_newline_is_not_a_uuid(self):
+        uuid = '4b20d080-1b54-4048-85b3-a6a62d165c01'
+        self.assertTrue(sysfs.is_uuid(uuid))
+        self.assertIsNotNone(sysfs.UUID_RE.match(uuid))
+        self.assertIsNone(sysfs.UUID_RE.match(uuid + '\n'))
+        self.assertFalse(sysfs.is_uuid(uuid + '\n'))
+
+    def test_nodedev_path_with_newline_is_ignored(self):
+        self.assertEqual('0000:3b:00.0', discovery._nodedev_address(
+            {'path': '/sys/devices/pci0000:3a/0000:3b:00.0'}))
+        self.assertIsNone(discovery._nodedev_address(
+            {'path': '/sys/devices/pci0000:3a/0000:3b:00.0\n'}))
+
+    def test_check_root(self):
+        self.fs.add_pci('0000:3b:00.0', '0x1eb8')
+        self.sysfs.check()
+        e = self.assertRaises(errors.NotFound,
+                              sysfs.Sysfs('/nonexistent').check)
+        self.assertIn('sysfs root /nonexistent does not exist', str(e))
+        e = self.assertRaises(errors.NotFound,
+                              sysfs.Sysfs(os.path.dirname(self.root)).check)
+        self.assertIn('has no PCI bus', str(e))
+
+
+def _providers(inv, index=0):
+    return inv.report()['gpus'][index]['providers']
+
+
+class TestProviders(SysfsCase):
+    """Every provider Nova 34 makes for a GPU, per GPU shape."""
+
+    def discover(self, nvml_lib=None, **kw):
+        n = nvml.Nvml(lib=nvml_lib) if nvml_lib else None
+        return discovery.Discovery(self.sysfs, n, CATALOG, host='cmp1',
+                                   **kw).discover()
+
+    def test_pf_mdev(self):
+        self.fs.add_pci('0000:3b:00.0', '0x1eb8')
+        self.fs.add_mdev_type('0000:3b:00.0', 'nvidia-222', 'GRID T4-1Q', 16)
+        inv = self.discover()
+        self.assertEqual([{
+            'name': 'cmp1_pci_0000_3b_00_0', 'kind': report.PF_MDEV,
+            'address': '0000:3b:00.0', 'resource_class': 'VGPU',
+            'vgpu_type': 'T4-1Q', 'vfs': [], 'mig': None}], _providers(inv))
+        data = inv.report()
+        self.assertEqual('cmp1_pci_0000_3b_00_0', data['gpus'][0]['provider'])
+        report.host_from_dict(data, CATALOG)
+
+    def test_pf_mdev_type_of_existing_mdev_wins(self):
+        self.fs.add_pci('0000:3b:00.0', '0x1eb8')
+        self.fs.add_mdev_type('0000:3b:00.0', 'nvidia-222', 'GRID T4-1Q', 16)
+        self.fs.add_mdev_type('0000:3b:00.0', 'nvidia-223', 'GRID T4-2Q', 8)
+        # two types offered, none used: Nova's choice is its config
+        self.assertIsNone(_providers(self.discover())[0]['vgpu_type'])
+        self.fs.materialise_mdev('0000:3b:00.0', 'nvidia-223',
+                                 '4b20d080-1b54-4048-85b3-a6a62d165c01')
+        self.assertEqual('T4-2Q', _providers(self.discover())[0]['vgpu_type'])
+
+    def test_vf_mdev_one_provider_per_vf(self):
+        self.fs.add_pci('0000:41:00.0', '0x20b0')
+        vfs = self.fs.add_mdev_vfs('0000:41:00.0', 3, {
+            'nvidia-471': ('NVIDIA A100-10C', 1)})
+        inv = self.discover()
+        providers = _providers(inv)
+        self.assertEqual(
+            ['cmp1_pci_0000_41_00_4', 'cmp1_pci_0000_41_00_5',
+             'cmp1_pci_0000_41_00_6'], [p['name'] for p in providers])
+        self.assertEqual(vfs, [p['address'] for p in providers])
+        self.assertEqual({report.VF_MDEV}, {p['kind'] for p in providers})
+        self.assertEqual({'VGPU'}, {p['resource_class'] for p in providers})
+        self.assertEqual({'A100-10C'}, {p['vgpu_type'] for p in providers})
+        self.assertEqual([None] * 3, [p['mig'] for p in providers])
+        self.assertEqual('cmp1_pci_0000_41_00_4',
+                         inv.report()['gpus'][0]['provider'])
+        self.assertEqual(1, len(inv.gpus))  # VFs belong to their PF
+
+    def test_vf_mdev_type_follows_mdevs_on_the_gpu(self):
+        # Every VF offers every type; the one an mdev of the GPU has is
+        # the type Nova was configured with (equal-size: one per GPU).
+        self.fs.add_pci('0000:41:00.0', '0x20b0')
+        vfs = self.fs.add_mdev_vfs('0000:41:00.0', 2, {
+            'nvidia-471': ('NVIDIA A100-10C', 1),
+            'nvidia-472': ('NVIDIA A100-20C', 1)})
+        self.assertEqual([None, None], [p['vgpu_type'] for p in
+                                        _providers(self.discover())])
+        self.fs.materialise_mdev(vfs[1], 'nvidia-472',
+                                 '4b20d080-1b54-4048-85b3-a6a62d165c01')
+        self.assertEqual(['A100-20C', 'A100-20C'], [
+            p['vgpu_type'] for p in _providers(self.discover())])
+
+    def test_vendor_vfio_pool(self):
+        self.fs.add_pci('0000:86:00.0', '0x2330', numa_node=1)
+        vfs = self.fs.add_vfs('0000:86:00.0', 3, {
+            1061: 'NVIDIA H100-10C', 1062: 'NVIDIA H100-20C'})
+        for vf in vfs[:2]:
+            self.fs.set_vgpu_type(vf, 1062)
+        inv = self.discover()
+        self.assertEqual([{
+            'name': 'cmp1_0000:86:00.0'.upper().replace('CMP1', 'cmp1'),
+            'kind': report.PCI_POOL, 'address': '0000:86:00.0',
+            'resource_class': 'CUSTOM_PCI_10DE_2330',
+            'vgpu_type': 'H100-20C', 'vfs': vfs, 'mig': None}],
+            _providers(inv))
+        self.assertEqual('cmp1_0000:86:00.0', _providers(inv)[0]['name'])
+
+    def test_vendor_vfio_pool_resource_class_option(self):
+        self.fs.add_pci('0000:86:00.0', '0x2330')
+        for vf in self.fs.add_vfs('0000:86:00.0', 2,
+                                  {1062: 'NVIDIA H100-20C'}):
+            self.fs.set_vgpu_type(vf, 1062)
+        for key in ('0000:86:00.0', 'H100-20C', '2330'):
+            inv = self.discover(resource_classes={key: 'h100-20c'})
+            self.assertEqual('CUSTOM_H100_20C',
+                             _providers(inv)[0]['resource_class'], key)
+        inv = self.discover(resource_classes={'H100-10C': 'CUSTOM_OTHER'})
+        self.assertEqual('CUSTOM_PCI_10DE_2330',
+                         _providers(inv)[0]['resource_class'])
+
+    def test_vendor_vfio_pool_mixed_types_has_no_type(self):
+        self.fs.add_pci('0000:86:00.0', '0x2330')
+        vfs = self.fs.add_vfs('0000:86:00.0', 2, {
+            1061: 'NVIDIA H100-10C', 1062: 'NVIDIA H100-20C'})
+        self.fs.set_vgpu_type(vfs[0], 1061)
+        self.fs.set_vgpu_type(vfs[1], 1062)
+        self.assertIsNone(_providers(self.discover())[0]['vgpu_type'])
+
+    def test_vendor_vfio_type_name_from_nvml(self):
+        # The VF of a type no longer lists it as creatable; NVML names it.
+        self.fs.add_pci('0000:1b:00.0', '0x2330')
+        vf = self.fs.add_vfs('0000:1b:00.0', 1, {})[0]
+        self.fs.set_vgpu_type(vf, 1062)
+        inv = self.discover(nvml_lib=fakenvml.hgx_h100())
+        self.assertEqual('H100XM-20C', _providers(inv)[0]['vgpu_type'])
+
+    def test_mig_backed_vf_has_no_slot_nvml_cannot_tell(self):
+        self.fs.add_pci('0000:07:00.0', '0x20b0')
+        vf = self.fs.add_vfs('0000:07:00.0', 1,
+                             {1070: 'NVIDIA A100-2-10C'})[0]
+        self.fs.set_vgpu_type(vf, 1070)
+        inv = self.discover(nvml_lib=fakenvml.a100_mig())
+        provider = _providers(inv)[0]
+        self.assertEqual('A100-2-10C', provider['vgpu_type'])
+        self.assertIsNone(provider['mig'])
+        self.assertIn('NVML', discovery.MIG_SLOT_UNKNOWN)
+
+    def test_whole_gpu_passthrough(self):
+        self.fs.add_pci('0000:5e:00.0', '0x26b9', driver='vfio-pci')
+        inv = self.discover()
+        self.assertEqual([{
+            'name': 'cmp1_0000:5E:00.0', 'kind': report.PCI_DEVICE,
+            'address': '0000:5e:00.0',
+            'resource_class': 'CUSTOM_PCI_10DE_26B9', 'vgpu_type': None,
+            'vfs': [], 'mig': None}], _providers(inv))
+
+    def test_gpu_nova_cannot_use_has_no_provider(self):
+        self.fs.add_pci('0000:5e:00.0', '0x26b9', driver='nvidia')
+        inv = self.discover()
+        self.assertEqual([], _providers(inv))
+        self.assertIsNone(inv.report()['gpus'][0]['provider'])
+
+    def test_mixed_host(self):
+        self.fs.add_pci('0000:3b:00.0', '0x1eb8')
+        self.fs.add_mdev_type('0000:3b:00.0', 'nvidia-222', 'GRID T4-1Q', 16)
+        self.fs.add_pci('0000:41:00.0', '0x20b0')
+        self.fs.add_mdev_vfs('0000:41:00.0', 2,
+                             {'nvidia-471': ('NVIDIA A100-10C', 1)})
+        self.fs.add_pci('0000:86:00.0', '0x2330')
+        self.fs.add_vfs('0000:86:00.0', 2, {1062: 'NVIDIA H100-20C'})
+        self.fs.add_pci('0000:c1:00.0', '0x26b9', driver='vfio-pci')
+        data = self.discover().report()
+        self.assertEqual(
+            [[report.PF_MDEV], [report.VF_MDEV] * 2, [report.PCI_POOL],
+             [report.PCI_DEVICE]],
+            [[p['kind'] for p in g['providers']] for g in data['gpus']])
+        names = [p['name'] for g in data['gpus'] for p in g['providers']]
+        self.assertEqual(len(names), len(set(names)))
+        for g in data['gpus']:
+            self.assertEqual(g['providers'][0]['name'], g['provider'])
+            for p in g['providers']:
+                self.assertIn(p['kind'], report.PROVIDER_KINDS)

@@ -150,11 +150,37 @@ class TestVendorVfioVgpu(test_discovery.SysfsCase):
         self.assertEqual(1061,
                          self.sysfs.pci_function(vf).current_vgpu_type)
 
-    def test_privsep_refuses_other_files(self):
-        self.assertRaises(PermissionError, privsep.write_sysfs,
-                          self.root, 'bus/pci/devices/../../../etc/x', '1')
-        self.assertRaises(PermissionError, privsep.write_sysfs, 'relative',
-                          'bus/pci/drivers_probe', '1')
+    def test_privsep_has_no_generic_write(self):
+        # the old entry point wrote any listed file below any root
+        self.assertFalse(hasattr(privsep, 'write_sysfs'))
+        self.assertRaises(ValueError, privsep.set_vgpu_type, self.root,
+                          '../../../etc/x', 1061)
+        self.assertRaises(PermissionError, privsep.clear_vgpu_type,
+                          'relative', self.vfs[0])
+
+    def test_remove_on_missing_or_plain_function(self):
+        e = self.assertRaises(errors.NotFound, self.manager.remove_vf_vgpu,
+                              '0000:86:07.7', refs={})
+        self.assertIn('0000:86:07.7 does not exist', str(e))
+        e = self.assertRaises(errors.NotFound, self.manager.remove_vf_vgpu,
+                              '0000:86:00.0', refs={})
+        self.assertIn('not an SR-IOV VF', str(e))
+
+    def test_operations_journaled_and_done(self):
+        seen = []
+        begin = self.manager.journal.begin
+
+        def spy(op, **args):
+            seen.append((op, args, self.sysfs.pci_function(
+                self.vfs[0]).current_vgpu_type))
+            return begin(op, **args)
+        self.manager.journal.begin = spy
+        vf = self.manager.create_vf_vgpu('0000:86:00.0', 1061)
+        self.manager.remove_vf_vgpu(vf, refs={})
+        # each intent recorded before the device changed
+        self.assertEqual([('vf_create', {'vf': vf, 'type_id': 1061}, 0),
+                          ('vf_remove', {'vf': vf}, 1061)], seen)
+        self.assertEqual({}, self.manager.journal.intents())
 
 
 class TestPassthrough(test_discovery.SysfsCase):

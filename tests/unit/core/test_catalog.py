@@ -35,11 +35,20 @@ class CatalogFileTest(base.TestCase):
         return {'schema_version': 1, 'models': [model]}
 
     def test_extra_file_adds_and_overrides(self):
-        t4 = dict(GOOD_MODEL, name='T4', framebuffer_mib=16384)
+        # T4 replaces the shipped T4 (same name): allowed, and it may
+        # keep or drop what the shipped definition owned.
+        t4 = dict(GOOD_MODEL, name='T4', framebuffer_mib=16384,
+                  aliases=['Tesla-T4'], pci_device_ids=['1eb8'],
+                  vgpu_profiles=[{'name': 'T4-8C', 'framebuffer_mib': 8192,
+                                  'max_instances': 2}])
         path = self.write({'schema_version': 1, 'models': [GOOD_MODEL, t4]})
         cat = catalog_mod.load_catalog([path])
         self.assertEqual(['X1-8C'], sorted(cat.model('X1').vgpu_profiles))
-        self.assertEqual(['X1-8C'], sorted(cat.model('T4').vgpu_profiles))
+        self.assertEqual(['T4-8C'], sorted(cat.model('T4').vgpu_profiles))
+        self.assertIs(cat.model('T4'), cat.model('tesla-t4'))
+        self.assertIs(cat.model('T4'), cat.model_for_pci('1eb8'))
+        self.assertRaises(exceptions.UnknownProfile, cat.vgpu_profile,
+                          'T4-16C')
         self.assertIn('A100-40GB', cat.models)
 
     def test_not_yaml(self):

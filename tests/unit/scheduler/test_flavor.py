@@ -16,8 +16,8 @@ class ValueTest(base.TestCase):
                                          'unknown vGPU profile',
                                          'A100-10C']),
                 ('gpu:mig', '9g.1tb', ['unknown MIG profile', '3g.40gb']),
-                ('gpu:count', '0', ['from 1 to 16']),
-                ('gpu:count', 'two', ['from 1 to 16']),
+                ('gpu:count', '0', ['from 1 to 4']),
+                ('gpu:count', 'two', ['from 1 to 4']),
                 ('gpu:model', 'H100-80GB,B300', ["'B300'", 'H200-141GB']),
                 ('gpu:topology', 'ring', ['any, numa, nvlink']),
                 ('gpu:memory', '20', ['with a unit']),
@@ -101,8 +101,9 @@ class ParseTest(base.TestCase):
         self.assertEqual({'resources1:VGPU': '1', 'resources2:VGPU': '1',
                           'group_policy': 'isolate'},
                          flavor.placement_extra_specs(spec))
-        spec = parse(gpu__kind='whole', gpu__count='4')
-        self.assertEqual({'resources:PGPU': '4'},
+        spec = parse(gpu__kind='whole', gpu__count='2')
+        self.assertEqual({'resources1:PGPU': '1', 'resources2:PGPU': '1',
+                          'group_policy': 'isolate'},
                          flavor.placement_extra_specs(spec))
 
     def test_by_need_smallest_first(self):
@@ -124,7 +125,7 @@ class ParseTest(base.TestCase):
 
     def test_by_need_nothing_fits(self):
         err = self.assertRaises(flavor.ExtraSpecError, parse,
-                                gpu__memory='200GB', gpu__model='A100-40GB')
+                                gpu__memory='100GB', gpu__model='A100-40GB')
         self.assertIn('no vgpu device of gpu:model A100-40GB', str(err))
 
     def test_dedicated_cpus_ask_numa_affinity(self):

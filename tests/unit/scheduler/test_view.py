@@ -1,3 +1,9 @@
+import logging
+
+import fixtures
+
+from nova_gpu.bench import reliability_reports
+from nova_gpu.core import report as report_mod
 from nova_gpu.scheduler import flavor
 from nova_gpu.scheduler import listener
 from tests.unit.scheduler import base
@@ -146,7 +152,9 @@ class ViewTest(base.TestCase):
 
     def test_listener_and_agent_agree_on_the_event_type(self):
         from nova_gpu.agent import publisher
-        self.assertEqual(publisher.EVENT_TYPE, listener.EVENT_TYPE)
+        # One contract, in the core.
+        self.assertIs(report_mod.EVENT_TYPE, publisher.EVENT_TYPE)
+        self.assertIs(report_mod.EVENT_TYPE, listener.EVENT_TYPE)
         rule = listener.ReportEndpoint.filter_rule
         self.assertTrue(rule.match({}, 'nova-gpu-agent.h1',
                                    publisher.EVENT_TYPE, {}, {}))
@@ -165,3 +173,169 @@ class ViewTest(base.TestCase):
         self.view.note_request(STOCK)
         self.assertEqual(before + 2, self.view.demand_version)
         self.assertEqual(3, sum(self.view._counts.values()))
+
+
+YEAR_MS = 365 * 24 * 3600 * 1000
+
+
+class ReportSafetyTest(base.TestCase):
+    """Issue 10 item 2: no report can break the view or another host."""
+
+    def setUp(self):
+        super().setUp()
+        self.log = self.useFixture(fixtures.FakeLogger(level=logging.DEBUG))
+        self.endpoint = listener.ReportEndpoint(self.view)
+
+    def send(self, payload, publisher='nova-gpu-agent.h1'):
+        return self.endpoint.info({}, publisher, listener.EVENT_TYPE,
+                                  payload, {})
+
+    def test_endpoint_never_raises_and_names_the_problem(self):
+        self.add_host('ok', 'A100-40GB', vgpu_type='A100-10C')
+        before = self.view.get('ok')
+        good = base.gpu_report('h1', 'A100-40GB', vgpu_type='A100-10C')
+        bad = []
+        for key, value in [('pcie_switch', {}), ('numa_node', [0]),
+                           ('nvlink_peers', 'x'), ('devices', 'whole'),
+                           ('vgpu_types', 5), ('index', None)]:
+            report = base.gpu_report('h1', 'A100-40GB')
+            report['gpus'][0][key] = value
+            bad.append(report)
+        bad += [None, [], 'junk', {'version': 2, 'host': 'h1'},
+                dict(good, gpus=[None]), dict(good, numa_cells=[1]),
+                dict(good, generation=float('inf'))]
+        for payload in bad:
+            self.assertEqual(listener.messaging.NotificationResult.HANDLED,
+                             self.send(payload))
+        self.assertIsNone(self.view.get('h1'))
+        self.assertIs(before, self.view.get('ok'))
+        self.assertIn('Dropping GPU report from nova-gpu-agent.h1 (host '
+                      "h1): GPU report from 'h1': gpus[0].pcie_switch",
+                      self.log.output)
+        self.assertIn('gpus[0].numa_node', self.log.output)
+        # WARNING, not DEBUG: an operator sees it.
+        warnings = [r for r in self.log.output.splitlines()
+                    if 'Dropping GPU report' in r]
+        self.assertEqual(len(bad), len(warnings))
+
+    def test_dropped_report_is_logged_at_warning(self):
+        log = self.useFixture(fixtures.FakeLogger(level=logging.WARNING))
+        self.send({'version': 99})
+        self.assertIn('Dropping GPU report', log.output)
+
+    def test_bad_report_keeps_the_previous_one(self):
+        entry = self.add_host('h1', 'A100-40GB', vgpu_type='A100-10C',
+                              generation=5)
+        report = base.gpu_report('h1', 'A100-40GB', generation=6)
+        report['gpus'][1]['pcie_switch'] = {}
+        self.send(report)
+        self.assertIs(entry, self.view.get('h1'))
+        # Still ranks.
+        self.assertTrue(self.view.ranking(entry, STOCK).items)
+
+    def test_future_generation_cannot_freeze_a_host(self):
+        # The agent's generation is ms since the epoch: a clock one year
+        # ahead, then set right.
+        now_ms = 1764547200000
+        self.add_host('h1', 'A100-40GB', generation=now_ms + YEAR_MS)
+        self.now += 10
+        entry = self.view.ingest(base.gpu_report('h1', 'A100-40GB',
+                                                 generation=now_ms))
+        self.assertEqual(now_ms + YEAR_MS, entry.generation)  # reordered?
+        self.now += self.conf.gpu_scheduler.generation_reset_after
+        entry = self.view.ingest(base.gpu_report('h1', 'A100-40GB',
+                                                 generation=now_ms + 1))
+        self.assertEqual(now_ms + 1, entry.generation)
+        self.assertIn('generation_reset_after', self.log.output)
+        # And it counts up from there again.
+        entry = self.view.ingest(base.gpu_report('h1', 'A100-40GB',
+                                                 generation=now_ms))
+        self.assertEqual(now_ms + 1, entry.generation)
+
+    def test_new_agent_run_resets_the_generation_at_once(self):
+        report = base.gpu_report('h1', 'L4', count=2, generation=10 ** 12)
+        report['boot_id'] = 'run-1'
+        self.view.ingest(report)
+        report = base.gpu_report('h1', 'L4', count=2, generation=3)
+        report['boot_id'] = 'run-2'
+        self.assertEqual(3, self.view.ingest(report).generation)
+        self.assertIn('new agent run', self.log.output)
+        # Same run, older generation: an out-of-order delivery.
+        report = base.gpu_report('h1', 'L4', count=2, generation=2)
+        report['boot_id'] = 'run-2'
+        self.assertEqual(3, self.view.ingest(report).generation)
+
+    def test_non_finite_or_absurd_generations_refused(self):
+        for generation in (float('inf'), float('nan'), 2 ** 53, -1, 1.0,
+                           '5', True, None):
+            report = base.gpu_report('h1', 'L4', count=1)
+            report['generation'] = generation
+            err = self.assertRaises(report_mod.ReportError, self.view.ingest,
+                                    report)
+            self.assertEqual('generation', err.field)
+            self.assertIn("'h1'", str(err))
+
+    def test_fuzzed_reports_small(self):
+        """The reliability figure, small: every target met."""
+        rows = reliability_reports.run(reports=300)
+        failed = [(r.name, r.value, r.target) for r in rows if not r.ok]
+        self.assertEqual([], failed)
+        by_name = {r.name: r.value for r in rows}
+        self.assertEqual(300, by_name['fuzzed reports (v1 and v2 '
+                                      'mutations)'])
+        self.assertGreater(by_name['accepted as valid after mutation'], 0)
+
+
+class ProvidersTest(base.TestCase):
+    """Issue 9 item 1: the view maps every provider of a GPU."""
+
+    def report(self):
+        catalog = base.CATALOG
+        model = catalog.model('A100-40GB')
+        from nova_gpu.core import fixtures as core_fixtures
+        host = core_fixtures.hgx_host('h1', model, gpus=4, mig=False)
+        host.gpus[3].mig_enabled = True
+        rc = report_mod.pci_default_resource_class('10de', '20b0')
+        providers = {
+            0: [report_mod.provider_dict(
+                report_mod.mdev_provider_name('h1', '0000:18:00.0'),
+                report_mod.PF_MDEV, '0000:18:00.0')],
+            1: [report_mod.provider_dict(
+                report_mod.mdev_provider_name('h1', '0000:38:00.%d' % f),
+                report_mod.VF_MDEV, '0000:38:00.%d' % f,
+                vgpu_type='A100-10C') for f in (4, 5)],
+            2: [report_mod.provider_dict(
+                report_mod.pci_provider_name('h1', '0000:58:00.0'),
+                report_mod.PCI_POOL, '0000:58:00.0', rc, 'A100-10C',
+                vfs=['0000:58:00.4', '0000:58:00.5'])],
+            3: [report_mod.provider_dict(
+                report_mod.mdev_provider_name('h1', '0000:78:00.4'),
+                report_mod.VF_MDEV, '0000:78:00.4', vgpu_type='A100-3-20C',
+                mig=('3g.20gb', 4))],
+        }
+        return report_mod.host_to_dict(host, 'h1', 1, providers)
+
+    def test_every_provider_maps_to_its_gpu(self):
+        entry = self.view.ingest(self.report())
+        self.assertEqual({'h1_pci_0000_18_00_0': 0,
+                          'h1_pci_0000_38_00_4': 1,
+                          'h1_pci_0000_38_00_5': 1,
+                          'h1_0000:58:00.0': 2,
+                          'h1_pci_0000_78_00_4': 3}, entry.providers)
+        self.assertEqual({'VGPU', 'CUSTOM_PCI_10DE_20B0'}, entry.gpu_classes)
+        self.view.set_provider_uuids('h1', {
+            name: 'uuid-%s' % name for name in entry.providers})
+        self.assertEqual(('3g.20gb', 4),
+                         entry.mig_slot('uuid-h1_pci_0000_78_00_4'))
+        self.assertIsNone(entry.mig_slot('uuid-h1_0000:58:00.0'))
+
+    def test_resolver_asked_for_every_provider(self):
+        asked = []
+
+        def resolver(nodename, names):
+            asked.extend(names)
+            return {n: 'uuid-' + n for n in names}
+        self.view.resolver = resolver
+        entry = self.view.ingest(self.report())
+        self.assertEqual(sorted(entry.providers), sorted(asked))
+        self.assertEqual(5, len(entry.uuids))

@@ -1,0 +1,95 @@
+"""Reliability suite: faults, races and hostile input, as figures.
+
+Each part lives in its own module, ``nova_gpu.bench.reliability_<part>``,
+with a ``run(quick=False)`` that returns a list of ``Figure`` rows. This
+module runs the parts that exist, prints one table and writes it to
+``doc/source/results/reliability.md``. Every part is bounded in time and
+sends traffic only to 127.0.0.1.
+
+Run with ``tox -e bench -- --only reliability``.
+"""
+
+import dataclasses
+import importlib
+import os
+import time
+import traceback
+
+import prettytable
+
+PARTS = (
+    ('specs', 'fuzzed flavor extra specs through the real API'),
+    ('reports', 'fuzzed GPU reports into the scheduler view'),
+    ('boots', 'concurrent boots to exhaustion, two schedulers racing'),
+    ('agent', 'agent SIGKILLs, RabbitMQ and libvirtd restarts'),
+)
+RESULTS = os.path.join(os.path.dirname(__file__), '..', '..', 'doc',
+                       'source', 'results', 'reliability.md')
+
+
+@dataclasses.dataclass
+class Figure:
+    """One measured figure and the bound it must meet."""
+
+    part: str
+    name: str
+    value: object
+    target: str
+    ok: bool
+
+
+def _run_part(part, quick):
+    name = 'nova_gpu.bench.reliability_' + part
+    try:
+        module = importlib.import_module(name)
+    except ImportError as e:
+        if e.name == name:
+            return [Figure(part, 'suite', 'missing', 'present', False)]
+        raise
+    start = time.perf_counter()
+    try:
+        rows = list(module.run(quick=quick))
+    except Exception:
+        traceback.print_exc()
+        return [Figure(part, 'suite', 'raised', 'completes', False)]
+    rows.append(Figure(part, 'wall time (s)',
+                       round(time.perf_counter() - start, 1), '-', True))
+    return rows
+
+
+def table(rows):
+    out = prettytable.PrettyTable(['part', 'figure', 'value', 'target',
+                                   'ok'])
+    out.align = 'l'
+    for r in rows:
+        out.add_row([r.part, r.name, r.value, r.target,
+                     'yes' if r.ok else 'NO'])
+    return out
+
+
+def run(quick=False, parts=None, results=RESULTS):
+    rows = []
+    for part, what in PARTS:
+        if parts and part not in parts:
+            continue
+        print('-- %s: %s' % (part, what), flush=True)
+        found = _run_part(part, quick)
+        print(table(found), flush=True)
+        rows.extend(found)
+    out = table(rows)
+    print(out)
+    if results and not parts:
+        with open(results, 'w') as f:
+            f.write('# Reliability suite\n\n'
+                    'Printed by `tox -e bench -- --only reliability` '
+                    '(`python -m nova_gpu.bench.reliability`).\n\n')
+            f.write(out.get_formatted_string('markdown') + '\n')
+    return all(r.ok for r in rows)
+
+
+if __name__ == '__main__':
+    import sys
+    wanted = sys.argv[1:]
+    sys.exit(0 if run(quick='--quick' in wanted,
+                      parts=[w for w in wanted if w != '--quick'])
+             else 1)

@@ -1,0 +1,362 @@
+"""Reliability: fuzzed GPU reports into the scheduler's view.
+
+Mutations of valid version 1 and version 2 reports (wrong types, missing
+fields, huge, negative and non-finite numbers, bad GPU indices, unicode,
+nested junk, future generations, whole-report junk) go through the real
+``listener.ReportEndpoint.info`` into a ``GpuView``, interleaved with valid
+reports of other hosts that a clean view receives too. Measured:
+
+* escapes: exceptions out of the endpoint (target 0);
+* rankings that raised: every host of the fuzzed view ranked for several
+  requests after each accepted fuzzed report and after the fuzz; what the
+  filter must contain (target 0);
+* corrupted hosts: after the fuzz, each fuzzed host gets one valid report
+  (once ``[gpu_scheduler] generation_reset_after`` has passed, so that a
+  fuzzed future generation cannot keep it out); its ranking must equal
+  the clean view's (target 0); frozen hosts (the valid report not taken)
+  are counted apart;
+* other hosts changed: hosts that only ever got valid reports must be
+  exactly as in the clean view (target 0).
+
+Everything runs in process on a fake clock; no network.
+"""
+
+import copy
+import logging
+import random
+
+from oslo_config import cfg
+
+from nova_gpu.bench import reliability
+from nova_gpu.core import catalog as catalog_mod
+from nova_gpu.core import fixtures
+from nova_gpu.core import report as report_mod
+from nova_gpu.scheduler import flavor
+from nova_gpu.scheduler import listener
+from nova_gpu.scheduler import view as view_mod
+
+CONF = cfg.CONF
+PART = 'reports'
+FULL = 10000
+QUICK = 1000
+VICTIMS = 24
+OTHERS = 12
+
+_JUNK = [
+    None, {}, [], [0], [[[]]], {'a': [1, {'b': None}]}, '', ' ', 'x' * 1000,
+    -1, 0, 1, 7, 2 ** 31, 2 ** 64, -2 ** 63, 1.5, float('inf'),
+    float('-inf'), float('nan'), True, False, '١٦', '1_0', '0x10',
+    '0000:zz:00.0', '0000:18:00.0\n', 'A100-10C', '3g.20gb', 'vgpu', 'mig',
+    'whole', 'pf_mdev', 'pci_pool', '\u202e\u0000\udcff'.encode(
+        'utf-8', 'surrogatepass').decode('utf-8', 'replace'),
+    'ÄÖÜ✓' * 40, ['3g.20gb', 0, None], ['3g.20gb', 4], {'kind': 'whole'},
+]
+_YEAR_MS = 365 * 24 * 3600 * 1000
+
+
+def _catalog():
+    return catalog_mod.load_catalog()
+
+
+def _specs(catalog):
+    def spec(**specs):
+        return flavor.parse({k.replace('__', ':'): v
+                             for k, v in specs.items()}, catalog,
+                            vcpus=2, memory_mb=2048)
+    return [
+        spec(resources__VGPU='1'),
+        spec(gpu__profile='A100-10C', resources__VGPU='1'),
+        spec(gpu__mig='3g.20gb', gpu__model='A100-40GB',
+             resources__VGPU='1'),
+        spec(gpu__count='2', gpu__topology='numa', resources1__VGPU='1',
+             resources2__VGPU='1', group_policy='isolate'),
+        spec(gpu__kind='whole', resources__PGPU='1'),
+    ]
+
+
+def _valid(catalog, name, i, generation):
+    """A valid report of host ``name``: one of several shapes."""
+    shape = i % 4
+    if shape == 0:  # T4: PF mdev, version 1
+        host = fixtures.pcie_host(name, catalog.model('T4'), gpus=2,
+                                  vgpu_types=['T4-4C'])
+        providers = {g.index: report_mod.mdev_provider_name(name, g.address)
+                     for g in host.gpus}
+        devices = {0: [{'kind': 'vgpu', 'detail': 'T4-4C'}] * (i % 3)}
+        return report_mod.host_to_dict(host, name, generation, providers,
+                                       devices, version=1)
+    model = catalog.model('A100-40GB')
+    host = fixtures.hgx_host(name, model, gpus=4,
+                             vgpu_types=['A100-10C'] if shape == 1 else None,
+                             mig=shape == 2)
+    providers, devices = {}, {}
+    for g in host.gpus:
+        pf = g.address
+        vf = pf[:-1] + '4'
+        if shape == 1:  # SR-IOV + mdev on VFs
+            providers[g.index] = [report_mod.provider_dict(
+                report_mod.mdev_provider_name(name, vf), report_mod.VF_MDEV,
+                vf, vgpu_type='A100-10C')]
+        elif shape == 2:  # MIG-backed vGPU on a VF
+            providers[g.index] = [report_mod.provider_dict(
+                report_mod.mdev_provider_name(name, vf), report_mod.VF_MDEV,
+                vf, vgpu_type='A100-3-20C', mig=('3g.20gb', 4))]
+        else:  # vendor VFIO pool, or whole GPU in PCI in Placement
+            rc = report_mod.pci_default_resource_class('10de', '20f1')
+            kind = report_mod.PCI_POOL if g.index % 2 else (
+                report_mod.PCI_DEVICE)
+            providers[g.index] = [report_mod.provider_dict(
+                report_mod.pci_provider_name(name, pf), kind, pf, rc,
+                vgpu_type='A100-10C' if kind == report_mod.PCI_POOL
+                else None,
+                vfs=[vf] if kind == report_mod.PCI_POOL else ())]
+    if shape == 1:
+        devices = {1: [{'kind': 'vgpu', 'detail': 'A100-10C'}] * (i % 4)}
+    elif shape == 2:
+        devices = {0: [{'kind': 'mig', 'detail': ['3g.20gb', 4,
+                                                  'A100-3-20C']}]}
+    else:
+        devices = {2: [{'kind': 'whole'}]}
+    return report_mod.host_to_dict(host, name, generation, providers,
+                                   devices, boot_id='boot-%s' % name)
+
+
+def _paths(node, prefix=()):
+    """Every (container, key) in a JSON-like tree."""
+    if isinstance(node, dict):
+        for key, value in node.items():
+            yield node, key
+            yield from _paths(value, prefix + (key,))
+    elif isinstance(node, list):
+        for index, value in enumerate(node):
+            yield node, index
+            yield from _paths(value, prefix + (index,))
+
+
+def _mutate(rng, data):
+    """A mutated copy of ``data`` (1 to 3 mutations)."""
+    data = copy.deepcopy(data)
+    for _ in range(rng.randint(1, 3)):
+        roll = rng.random()
+        if roll < 0.05:
+            return rng.choice([None, [], 'report', 42, float('nan'),
+                               [data], {'version': 2}])
+        if roll < 0.15 and isinstance(data, dict):
+            gen = data.get('generation')
+            gen = gen if isinstance(gen, int) else 1000
+            data['generation'] = rng.choice([
+                gen + _YEAR_MS, float('inf'), float('nan'), 2 ** 53,
+                2 ** 53 - 1, -gen, str(gen), gen * 1.0, gen + 1])
+            continue
+        if not isinstance(data, dict):
+            break
+        if roll < 0.2:
+            data['version'] = rng.choice([0, 1, 2, 3, '2', 2.0, True, None])
+            continue
+        if roll < 0.3 and isinstance(data.get('gpus'), list) and all(
+                isinstance(g, dict) for g in data['gpus']) and data['gpus']:
+            gpus = data['gpus']
+            op = rng.randrange(4)
+            if op == 0:
+                gpus.append(copy.deepcopy(rng.choice(gpus)))
+            elif op == 1:
+                del gpus[rng.randrange(len(gpus))]
+            elif op == 2:
+                rng.choice(gpus)['index'] = rng.choice(
+                    [-1, len(gpus), 99, '0', None, 1.0])
+            else:
+                rng.shuffle(gpus)
+            continue
+        paths = list(_paths(data))
+        if not paths:
+            break
+        container, key = rng.choice(paths)
+        op = rng.random()
+        if op < 0.15 and isinstance(container, dict):
+            del container[key]
+        elif op < 0.25 and isinstance(container, dict):
+            container[rng.choice(['junk', 'ÄÖ', '', key + '_'])] = (
+                rng.choice(_JUNK))
+        elif op < 0.55:
+            # Plausible values: of the right type, possibly out of range.
+            value = container[key]
+            if isinstance(value, bool):
+                container[key] = not value
+            elif isinstance(value, int):
+                container[key] = rng.choice([0, 1, 2, 3, 4, -1, 2 ** 40])
+            elif isinstance(value, str):
+                container[key] = rng.choice([
+                    'sw0', '0000:18:00.0', 'A100-10C', 'A100-3-20C',
+                    'A100-40GB', 'T4', 'h' * 255, value.upper()])
+            elif isinstance(value, list) and value:
+                rng.shuffle(value)
+                value.append(copy.deepcopy(value[0]))
+        elif op < 0.65:
+            value = container[key]
+            container[key] = (str(value) if not isinstance(value, str)
+                              else [value])
+        else:
+            container[key] = copy.deepcopy(rng.choice(_JUNK))
+    return data
+
+
+def _outcome(view, entry, spec):
+    """What ranking ``entry`` for ``spec`` gives: comparable across views."""
+    ranking = view.ranking(entry, spec)
+    return (tuple((r.gpus, r.key) for r in ranking.items), ranking.why)
+
+
+def _state(entry):
+    return (entry.generation, entry.host.snapshot(), entry.topology_key,
+            sorted(entry.providers.items()))
+
+
+class _Counter(logging.Handler):
+    def __init__(self):
+        super().__init__(logging.WARNING)
+        self.count = 0
+
+    def emit(self, record):
+        self.count += 1
+
+
+def run(quick=False, reports=None, seed=20261201):
+    """Run the fuzz; return Figure rows."""
+    n = reports or (QUICK if quick else FULL)
+    rng = random.Random(seed)
+    catalog = _catalog()
+    specs = _specs(catalog)
+    now = [1000.0]
+    fuzzed = view_mod.GpuView(catalog, clock=lambda: now[0])
+    clean = view_mod.GpuView(catalog, clock=lambda: now[0])
+    endpoint = listener.ReportEndpoint(fuzzed)
+    clean_endpoint = listener.ReportEndpoint(clean)
+    victims = ['fuzz-%02d' % i for i in range(VICTIMS)]
+    others = ['ok-%02d' % i for i in range(OTHERS)]
+    generation = {name: 1000 + i for i, name in enumerate(victims + others)}
+
+    def valid(name):
+        generation[name] += 1
+        i = (victims + others).index(name)
+        return _valid(catalog, name, i, generation[name])
+
+    for name in victims + others:
+        report = valid(name)
+        endpoint.info({}, 'nova-gpu-agent.' + name, report_mod.EVENT_TYPE,
+                      report, {})
+        clean_endpoint.info({}, 'nova-gpu-agent.' + name,
+                            report_mod.EVENT_TYPE, report, {})
+    bases = {name: valid(name) for name in victims}
+
+    escapes = raised = accepted = 0
+    examples = []
+    counter = _Counter()
+    log = logging.getLogger(listener.__name__)
+    # The view's WARNINGs (generations reset) are expected here: muted.
+    quiet = logging.getLogger(view_mod.__name__)
+    saved = [(x, x.propagate, x.level) for x in (log, quiet)]
+    log.addHandler(counter)
+    log.setLevel(logging.WARNING)
+    quiet.setLevel(logging.ERROR)
+    for x in (log, quiet):
+        x.propagate = False
+    try:
+        for k in range(n):
+            victim = victims[k % VICTIMS]
+            payload = _mutate(rng, bases[victim])
+            before = fuzzed.get(victim)
+            try:
+                endpoint.info({}, 'nova-gpu-agent.' + victim,
+                              report_mod.EVENT_TYPE, payload, {})
+            except Exception as e:
+                escapes += 1
+                examples.append('escape: %s: %s' % (type(e).__name__, e))
+            after = fuzzed.get(victim)
+            if after is not before:
+                accepted += 1
+                raised += _rank_all(fuzzed, after, specs, examples)
+            if k % 5 == 0:
+                name = others[(k // 5) % OTHERS]
+                report = valid(name)
+                for ep in (endpoint, clean_endpoint):
+                    ep.info({}, 'nova-gpu-agent.' + name,
+                            report_mod.EVENT_TYPE, report, {})
+            now[0] += 0.01
+        # The filter-containment check: every host, every request.
+        for name in victims + others:
+            raised += _rank_all(fuzzed, fuzzed.get(name), specs, examples)
+        changed = sum(1 for name in others
+                      if _state(fuzzed.get(name)) != _state(clean.get(name))
+                      or _outcomes(fuzzed, name, specs)
+                      != _outcomes(clean, name, specs))
+        # Recovery: one valid report per fuzzed host, after the bound.
+        now[0] += CONF.gpu_scheduler.generation_reset_after + 1
+        frozen = corrupted = 0
+        for name in victims:
+            report = valid(name)
+            for ep in (endpoint, clean_endpoint):
+                ep.info({}, 'nova-gpu-agent.' + name, report_mod.EVENT_TYPE,
+                        report, {})
+            if fuzzed.get(name).generation != generation[name]:
+                frozen += 1
+                examples.append('frozen: %s' % name)
+            try:
+                if (_state(fuzzed.get(name)) != _state(clean.get(name))
+                        or _outcomes(fuzzed, name, specs)
+                        != _outcomes(clean, name, specs)):
+                    corrupted += 1
+                    examples.append('corrupted: %s' % name)
+            except Exception as e:
+                corrupted += 1
+                examples.append('corrupted: %s: %s' % (name, e))
+    finally:
+        log.removeHandler(counter)
+        for x, propagate, level in saved:
+            x.propagate = propagate
+            x.setLevel(level)
+    for line in examples[:10]:
+        print('  ' + line)
+    fig = reliability.Figure
+    return [
+        fig(PART, 'fuzzed reports (v1 and v2 mutations)', n, '-', True),
+        fig(PART, 'accepted as valid after mutation', accepted, '-', True),
+        fig(PART, 'dropped with a WARNING', counter.count, '-', True),
+        fig(PART, 'valid but older than the view (ignored)',
+            n - accepted - counter.count, '>= 0',
+            n - accepted - counter.count >= 0),
+        fig(PART, 'escapes from ReportEndpoint.info', escapes, '0',
+            escapes == 0),
+        fig(PART, 'rankings that raised (filter containment)', raised, '0',
+            raised == 0),
+        fig(PART, 'corrupted hosts', corrupted, '0', corrupted == 0),
+        fig(PART, 'frozen hosts after a valid report', frozen, '0',
+            frozen == 0),
+        fig(PART, 'other hosts changed', changed, '0', changed == 0),
+    ]
+
+
+def _outcomes(view, name, specs):
+    entry = view.get(name)
+    return [_outcome(view, entry, spec) for spec in specs]
+
+
+def _rank_all(view, entry, specs, examples):
+    """Rank ``entry`` for every spec; return how many raised."""
+    raised = 0
+    for spec in specs:
+        try:
+            ranking = view.ranking(entry, spec)
+            for gpus in ((0,), (0, 1), (len(entry.host.gpus) - 1,)):
+                if all(0 <= g < len(entry.host.gpus) for g in gpus):
+                    view.evaluate(entry, spec, ranking, gpus)
+        except Exception as e:
+            raised += 1
+            examples.append('raised: %s on %s: %s: %s' % (
+                entry.nodename, spec.key if hasattr(spec, 'key') else spec,
+                type(e).__name__, e))
+    return raised
+
+
+if __name__ == '__main__':
+    import sys
+    print(reliability.table(run(quick='--quick' in sys.argv)))
