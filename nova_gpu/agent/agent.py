@@ -7,6 +7,7 @@ benchmark all use it.
 
 import socket
 import time
+import uuid
 
 from oslo_log import log as logging
 
@@ -49,6 +50,7 @@ class Agent:
             self.manager, remove_orphans=opts.remove_orphans,
             grace_period=opts.orphan_grace_period)
         self._generation = 0
+        self.boot_id = uuid.uuid4().hex
         self._placement = None
 
     def close(self):
@@ -60,7 +62,9 @@ class Agent:
     def discover(self):
         return discovery.Discovery(
             self.sysfs, self.nvml, self.catalog, host=self.host,
-            nodename=self.nodename, libvirt=self.libvirt).discover()
+            nodename=self.nodename, libvirt=self.libvirt,
+            resource_classes=self.conf.gpu_agent.pci_resource_classes
+        ).discover()
 
     def next_generation(self):
         # Milliseconds since the epoch: increases across agent restarts.
@@ -92,6 +96,8 @@ class Agent:
         inventory = self.discover()
         timings['discover_s'] = time.perf_counter() - start
         report = inventory.report(generation=self.next_generation())
+        # A restarted agent's lower generation is accepted at once.
+        report['boot_id'] = self.boot_id
         if self.conf.gpu_agent.placement_cloud:
             try:
                 if self._placement is None:

@@ -20,6 +20,7 @@ from nova_gpu.agent import agent as agent_mod
 from nova_gpu.agent import privsep
 from nova_gpu.agent import publisher as publisher_mod
 import nova_gpu.conf
+from nova_gpu.core import report as report_mod
 
 LOG = logging.getLogger(__name__)
 
@@ -43,7 +44,7 @@ def main(argv=None):
     agent = agent_mod.Agent(conf)
     publisher = publisher_mod.ReportPublisher(
         conf, opts.report_topic, opts.outbox_dir, opts.outbox_max,
-        publisher_id='nova-gpu-agent.%s' % agent.host,
+        publisher_id='%s.%s' % (report_mod.PUBLISHER, agent.host),
         exchange=opts.report_exchange)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -13,8 +13,9 @@ from lxml import etree
 from nova_gpu.agent import errors
 from nova_gpu.agent import sysfs
 
-MDEV_TYPE_RE = re.compile(r'^[A-Za-z0-9][A-Za-z0-9_.:+-]{0,63}$')
-NODEDEV_NAME_RE = re.compile(r'^[A-Za-z0-9_]{1,128}$')
+# \A...\Z: '$' would also match before a trailing newline.
+MDEV_TYPE_RE = re.compile(r'\A[A-Za-z0-9][A-Za-z0-9_.:+-]{0,63}\Z')
+NODEDEV_NAME_RE = re.compile(r'\A[A-Za-z0-9_]{1,128}\Z')
 
 
 def check(value, pattern, what):

@@ -13,8 +13,18 @@ opts = [
                     '(its [DEFAULT] host). Defaults to the hostname.'),
     cfg.StrOpt('nodename', sample_default='<host>',
                help='Hypervisor node name, used to name the Placement '
-                    'resource providers of the physical GPUs '
-                    '("<nodename>_pci_<address>"). Defaults to host.'),
+                    'resource providers of the GPUs as nova-compute does '
+                    '("<nodename>_pci_<address>" for mdev parents, '
+                    '"<nodename>_<ADDRESS>" for PCI in Placement). '
+                    'Defaults to host.'),
+    cfg.DictOpt('pci_resource_classes', default={},
+                help='Resource class of GPUs and VFs tracked by PCI in '
+                     'Placement, as nova-compute\'s [pci] device_spec '
+                     'resource_class tags set them. Key: a PF address '
+                     '(0000:86:00.0), a catalog vGPU type (H100-20C) or a '
+                     'PCI product id (2330); value: the resource class '
+                     '(normalised as Nova does, CUSTOM_ added). Without an '
+                     'entry: Nova\'s default CUSTOM_PCI_<vendor>_<product>.'),
     cfg.StrOpt('libvirt_uri', default='qemu:///system',
                help='libvirt connection URI used for node devices and '
                     'domains.'),

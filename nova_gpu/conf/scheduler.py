@@ -52,6 +52,23 @@ opts = [
                     'report from a new agent run (another boot_id) is '
                     'accepted at once. Keep it above the agent\'s '
                     'reconcile_interval.'),
+    cfg.IntOpt('max_gpu_count', default=4, min=1, max=8,
+               help='The most GPU devices one flavor may ask with '
+                    'gpu:count. Each device is one Placement request group '
+                    'with group_policy=isolate, and Placement\'s time to '
+                    'list allocation candidates grows about as '
+                    'GPUs**groups per host: on an 8-GPU host 4 groups take '
+                    '0.3 s with Placement\'s defaults, 6 groups about a '
+                    'minute. Raise it to 6 only with [placement] '
+                    'max_allocation_candidates = 1000, '
+                    'allocation_candidates_generation_strategy = '
+                    'breadth-first and [workarounds] '
+                    'optimize_for_wide_provider_trees = true in '
+                    'placement.conf; to 8 only if multi-device flavors ask '
+                    'whole GPUs or vGPU types of one instance per GPU (8 '
+                    'time-sliced vGPUs take minutes even then). Read by the '
+                    'API validator in nova-api and by nova-scheduler: set '
+                    'it the same for both.'),
     cfg.IntOpt('pending_claim_ttl', default=300, min=1,
                help='Seconds a GPU placement the scheduler just chose is '
                     'counted in its view before the host\'s next report '

@@ -72,11 +72,6 @@ about a minute, 8 groups several minutes; with Placement tuned
 every smaller host with enough vGPU capacity is enumerated in vain.
 """
 
-DEFAULT_MAX_GPU_COUNT = 4
-"""``gpu:count`` limit while ``[gpu_scheduler] max_gpu_count`` is not set
-(or not registered): what Placement's defaults answer in bounded time.
-"""
-
 # Values are printable ASCII; numbers are ASCII digits (Python's int() and
 # float() would take Unicode digits, underscores, signs, 'inf' and 'nan').
 _NOT_PRINTABLE = re.compile(r'[^\x20-\x7e]')
@@ -226,11 +221,7 @@ def max_count():
     """The ``gpu:count`` limit: ``[gpu_scheduler] max_gpu_count``, at most
     ``MAX_COUNT``.
     """
-    try:
-        limit = CONF.gpu_scheduler.max_gpu_count
-    except cfg.NoSuchOptError:
-        limit = DEFAULT_MAX_GPU_COUNT
-    return max(1, min(limit, MAX_COUNT))
+    return max(1, min(CONF.gpu_scheduler.max_gpu_count, MAX_COUNT))
 
 
 def _count(catalog, key, value):

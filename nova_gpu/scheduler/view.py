@@ -529,7 +529,7 @@ def _set_cells(host, cells):
 def _typical_requests(catalog):
     result = []
     for line in CONF.gpu_scheduler.typical_requests:
-        specs = dict(part.split('=', 1) for part in line.split(';')
+        specs = dict(part.strip().split('=', 1) for part in line.split(';')
                      if '=' in part)
         spec = flavor.parse(specs, catalog)
         if spec is None or not spec.alternatives:

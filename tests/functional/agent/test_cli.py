@@ -14,9 +14,13 @@ class TestCli(test_mdev.MdevTestCase):
         cmd = [sys.executable, '-m', 'nova_gpu.agent.cli',
                '--libvirt-uri', self.host.uri,
                '--sysfs-root', self.fs.root] + list(args)
+        # The intent journal in the test's own directory, not /var/lib
+        # (oslo.config reads OS_<GROUP>__<OPTION> from the environment).
+        state = os.path.join(self.fs.root, '..', 'agent-state')
         proc = subprocess.run(cmd, capture_output=True, text=True,
                               timeout=120,
-                              env=dict(os.environ, PYTHONWARNINGS='ignore'))
+                              env=dict(os.environ, PYTHONWARNINGS='ignore',
+                                       OS_GPU_AGENT__STATE_DIR=state))
         if ok and proc.returncode:
             self.fail('%s failed: %s' % (' '.join(args), proc.stderr))
         if not ok:

@@ -9,7 +9,6 @@ case or spaces were ignored by the scheduler.
 from unittest import mock
 
 import fixtures
-from oslo_config import cfg
 
 from nova_gpu.scheduler import flavor
 from tests.unit.scheduler import base
@@ -34,12 +33,8 @@ class ValueTest(base.TestCase):
             self.refused('gpu:count', value, 'gpu:count=')
 
     def set_limit(self, limit):
-        """[gpu_scheduler] max_gpu_count, or its default until registered."""
-        try:
-            self.conf.set_override('max_gpu_count', limit, 'gpu_scheduler')
-        except cfg.NoSuchOptError:
-            self.useFixture(fixtures.MockPatchObject(
-                flavor, 'DEFAULT_MAX_GPU_COUNT', limit))
+        """[gpu_scheduler] max_gpu_count."""
+        self.conf.set_override('max_gpu_count', limit, 'gpu_scheduler')
 
     def test_count_bound_says_why(self):
         # 9 to 16 isolated groups stall Placement (issue 10, item 3).
@@ -64,9 +59,7 @@ class ValueTest(base.TestCase):
         self.refused('gpu:count', '9', 'from 1 to 8')
 
     def test_count_limit_never_above_eight(self):
-        # Even where the option is not range-checked (or not registered).
-        self.useFixture(fixtures.MockPatchObject(
-            flavor, 'DEFAULT_MAX_GPU_COUNT', 16))
+        # Even where the option is not range-checked.
         self.useFixture(fixtures.MockPatchObject(
             flavor, 'CONF', mock.Mock(gpu_scheduler=mock.Mock(
                 max_gpu_count=16))))
