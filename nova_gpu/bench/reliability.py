@@ -2,15 +2,18 @@
 
 Each part lives in its own module, ``nova_gpu.bench.reliability_<part>``,
 with a ``run(quick=False)`` that returns a list of ``Figure`` rows. This
-module runs the parts that exist, prints one table and writes it to
-``doc/source/results/reliability.md``. Every part is bounded in time and
-sends traffic only to 127.0.0.1.
+module runs the parts that exist (or those named), prints one table,
+keeps each part's latest rows in ``doc/source/results/reliability.json``
+and writes the table of every part to
+``doc/source/results/reliability.md``, with the time each part ran.
+Every part is bounded in time and sends traffic only to 127.0.0.1.
 
 Run with ``tox -e bench -- --only reliability``.
 """
 
 import dataclasses
 import importlib
+import json
 import os
 import time
 import traceback
@@ -25,6 +28,7 @@ PARTS = (
 )
 RESULTS = os.path.join(os.path.dirname(__file__), '..', '..', 'doc',
                        'source', 'results', 'reliability.md')
+DATA_SUFFIX = '.json'
 
 
 @dataclasses.dataclass
@@ -76,15 +80,39 @@ def run(quick=False, parts=None, results=RESULTS):
         found = _run_part(part, quick)
         print(table(found), flush=True)
         rows.extend(found)
-    out = table(rows)
-    print(out)
-    if results and not parts:
-        with open(results, 'w') as f:
-            f.write('# Reliability suite\n\n'
-                    'Printed by `tox -e bench -- --only reliability` '
-                    '(`python -m nova_gpu.bench.reliability`).\n\n')
-            f.write(out.get_formatted_string('markdown') + '\n')
+    print(table(rows))
+    if results:
+        save(rows, results)
     return all(r.ok for r in rows)
+
+
+def save(rows, results):
+    """Merge ``rows`` into the kept results; rewrite the markdown table."""
+    data_file = os.path.splitext(results)[0] + DATA_SUFFIX
+    try:
+        with open(data_file) as f:
+            kept = json.load(f)
+    except (OSError, ValueError):
+        kept = {}
+    when = time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())
+    for part in dict.fromkeys(r.part for r in rows):
+        kept[part] = {'measured': when,
+                      'rows': [dataclasses.asdict(r) for r in rows
+                               if r.part == part]}
+    with open(data_file, 'w') as f:
+        json.dump(kept, f, indent=1, sort_keys=True)
+    with open(results, 'w') as f:
+        f.write('# Reliability suite\n\n'
+                'Printed by `tox -e bench -- --only reliability` '
+                '(`python -m nova_gpu.bench.reliability [PART ...]`), '
+                'on a 2-core machine; each part as last measured:\n\n')
+        for part, _what in PARTS:
+            if part in kept:
+                f.write('- %s: %s\n' % (part, kept[part]['measured']))
+        f.write('\n')
+        every = [Figure(**r) for part, _what in PARTS if part in kept
+                 for r in kept[part]['rows']]
+        f.write(table(every).get_formatted_string('markdown') + '\n')
 
 
 if __name__ == '__main__':
