@@ -112,7 +112,17 @@ def save(rows, results):
         f.write('\n')
         every = [Figure(**r) for part, _what in PARTS if part in kept
                  for r in kept[part]['rows']]
-        f.write(table(every).get_formatted_string('markdown') + '\n')
+        f.write(_markdown(every))
+
+
+def _markdown(rows):
+    # prettytable's markdown format is newer than the versions we allow.
+    lines = ['| part | figure | value | target | ok |',
+             '|---|---|---|---|---|']
+    for r in rows:
+        lines.append('| %s | %s | %s | %s | %s |' % (
+            r.part, r.name, r.value, r.target, 'yes' if r.ok else 'NO'))
+    return '\n'.join(lines) + '\n'
 
 
 if __name__ == '__main__':
