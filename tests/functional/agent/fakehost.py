@@ -16,6 +16,7 @@ these tests must run for real (as root, as CI does), never be skipped.
 """
 
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -116,16 +117,49 @@ class FakeHost(fixtures.Fixture):
             if os.path.exists(sock):
                 try:
                     conn = libvirt.open(self.uri)
-                    conn.listAllDevices(0)
-                    conn.close()
-                    return
+                    try:
+                        if self._definitions_loaded(conn):
+                            return
+                    finally:
+                        conn.close()
                 except libvirt.libvirtError:
                     pass
             if time.monotonic() > deadline:
                 self.stop_libvirtd()
-                raise RuntimeError('libvirtd did not answer on %s within '
-                                   '%ds' % (sock, timeout))
+                raise RuntimeError('libvirtd did not answer on %s, or not '
+                                   'list the defined mdevs, within %ds; its '
+                                   'log ends:\n%s'
+                                   % (sock, timeout, self.log_tail()))
             time.sleep(0.05)
+
+    def _definitions_loaded(self, conn):
+        """Whether libvirtd lists every mdev mdevctl has a definition of.
+
+        libvirtd answers before its node-device driver has asked mdevctl
+        for the defined mdevs (``nodeStateInitializeEnumerate`` runs in a
+        thread): a host that just booted is only up once they are known,
+        as systemd orders the agent after libvirtd.
+        """
+        import libvirt
+        defined = {name for _d, _s, names in os.walk(
+            os.path.join(self.state, 'mdevctl.d')) for name in names
+            if len(name) == 36 and name.count('-') == 4}
+        listed = set()
+        for dev in conn.listAllDevices(
+                libvirt.VIR_CONNECT_LIST_NODE_DEVICES_CAP_MDEV):
+            found = re.search(r'<uuid>([0-9a-f-]{36})</uuid>',
+                              dev.XMLDesc(0))
+            if found:
+                listed.add(found.group(1))
+        return defined <= listed
+
+    def log_tail(self, lines=40):
+        """The end of libvirtd's log, for failure messages."""
+        try:
+            with open(self.log) as f:
+                return ''.join(f.readlines()[-lines:])
+        except OSError:
+            return ''
 
     def stop_libvirtd(self):
         if self.proc is None or self.proc.poll() is not None:

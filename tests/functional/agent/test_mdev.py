@@ -152,7 +152,8 @@ class TestReconcile(MdevTestCase):
         self.assertEqual([], self.fs.mdevs())
         result = reconcile.Reconciler(self.manager,
                                       remove_orphans=False).run()
-        self.assertEqual(sorted([used, spare]), sorted(result.started))
+        self.assertEqual(sorted([used, spare]), sorted(result.started),
+                         'libvirtd log:\n' + self.host.log_tail())
         self.assertEqual(sorted([used, spare]), self.fs.mdevs())
         self.assertEqual([], result.errors)
 
