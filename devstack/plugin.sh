@@ -64,14 +64,30 @@ function install_nova_gpu {
     setup_develop "$NOVA_GPU_DIR" "$extras"
 }
 
+# _nova_gpu_pci_aliases <file>: the [pci] aliases the gpu: flavors name.
+function _nova_gpu_pci_aliases {
+    [[ -n "$NOVA_GPU_PCI_ALIASES" ]] || return 0
+    # shellcheck disable=SC2086
+    _nova_gpu_multi_add "$1" pci alias "" $NOVA_GPU_PCI_ALIASES
+}
+
 function configure_nova_gpu_scheduler {
     local weighers
     IFS=, read -r -a weighers <<< "$NOVA_GPU_WEIGHERS"
     _nova_gpu_multi_add "$NOVA_CONF" filter_scheduler available_filters \
         "$NOVA_GPU_STOCK_AVAILABLE_FILTERS" "$NOVA_GPU_FILTER"
     # enabled_filters names classes, not paths.
+    local pci_filter=""
+    if [[ "$NOVA_GPU_PCI_IN_PLACEMENT" == "True" ]]; then
+        # Whole GPUs and vendor-VFIO vGPUs: Nova's PCI tracker claims the
+        # device Placement allocated; GpuFilter stays last.
+        pci_filter=PciPassthroughFilter
+        iniset "$NOVA_CONF" filter_scheduler pci_in_placement True
+        _nova_gpu_pci_aliases "$NOVA_CONF"
+    fi
+    # shellcheck disable=SC2086
     _nova_gpu_list_add "$NOVA_CONF" filter_scheduler enabled_filters \
-        "$NOVA_GPU_STOCK_ENABLED_FILTERS" "${NOVA_GPU_FILTER##*.}"
+        "$NOVA_GPU_STOCK_ENABLED_FILTERS" $pci_filter "${NOVA_GPU_FILTER##*.}"
     _nova_gpu_list_add "$NOVA_CONF" filter_scheduler weight_classes \
         "$NOVA_GPU_STOCK_WEIGHERS" "${weighers[@]}"
     iniset "$NOVA_CONF" gpu_scheduler fragmentation_weight_multiplier \
@@ -104,6 +120,15 @@ function configure_nova_gpu_compute {
         if [[ -n "$NOVA_GPU_MDEV_TYPES" ]]; then
             iniset "$conf" devices enabled_mdev_types "$NOVA_GPU_MDEV_TYPES"
         fi
+        if [[ "$NOVA_GPU_PCI_IN_PLACEMENT" == "True" ]]; then
+            _nova_gpu_pci_aliases "$conf"
+        fi
+        if [[ -n "$NOVA_GPU_PCI_DEVICE_SPECS" ]]; then
+            # shellcheck disable=SC2086
+            _nova_gpu_multi_add "$conf" pci device_spec "" \
+                $NOVA_GPU_PCI_DEVICE_SPECS
+            iniset "$conf" pci report_in_placement True
+        fi
     done
 
     sudo install -d -o "$STACK_USER" "$NOVA_GPU_CONF_DIR" \
@@ -128,6 +153,11 @@ function configure_nova_gpu_compute {
 }
 
 function start_nova_gpu_agent {
+    # Carved GPU layouts first (after a reboot: what systemd's
+    # nova-gpu-restore.service does in production); a failure is logged.
+    "$(get_python_exec_prefix)/nova-gpu-restore" \
+        --config-file "${NOVA_CPU_CONF:-$NOVA_CONF}" \
+        --config-file "$NOVA_GPU_AGENT_CONF" || true
     # nova-cpu.conf first: the agent reads the message bus and Placement
     # credentials from it, its own options from the second file.
     run_process nova-gpu-agent "$(get_python_exec_prefix)/nova-gpu-agent \

@@ -21,6 +21,24 @@ if [ ! -x "$TOOLS/bin/tox" ] || [ ! -x "$TOOLS/bin/bindep" ]; then
     "$TOOLS/bin/pip" install -q 'tox>=4' bindep
 fi
 missing=$("$TOOLS/bin/bindep" -b test || true)
+# Prometheus: the tests need only its binaries (promtool, prometheus), run
+# on free ports. Installed on its own, without the node exporter it
+# recommends, and its service (which would listen on :9090) is stopped
+# and disabled again if the package started it.
+listed=$(printf '%s\n' "$missing" | tr ' ' '\n')
+if grep -qx prometheus <<<"$listed"; then
+    missing=$(grep -vx prometheus <<<"$listed" | paste -sd' ' || true)
+    $SUDO apt-get update -q
+    $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q \
+        --no-install-recommends prometheus
+    if [ -d /run/systemd/system ]; then
+        $SUDO systemctl disable --now prometheus.service >/dev/null 2>&1 \
+            || true
+    elif [ -x /etc/init.d/prometheus ]; then
+        $SUDO /etc/init.d/prometheus stop >/dev/null 2>&1 || true
+        $SUDO update-rc.d prometheus disable >/dev/null 2>&1 || true
+    fi
+fi
 if [ -n "$missing" ]; then
     echo "Installing system packages: $missing"
     $SUDO apt-get update -q

@@ -11,6 +11,7 @@ import uuid
 
 from oslo_log import log as logging
 
+from nova_gpu.agent import carver as carver_mod
 from nova_gpu.agent import devices
 from nova_gpu.agent import discovery
 from nova_gpu.agent import errors
@@ -20,6 +21,7 @@ from nova_gpu.agent import nvml as nvml_mod
 from nova_gpu.agent import placement
 from nova_gpu.agent import provider_config
 from nova_gpu.agent import reconcile
+from nova_gpu.agent import restore as restore_mod
 from nova_gpu.agent import sysfs as sysfs_mod
 from nova_gpu.core import catalog as catalog_mod
 
@@ -46,9 +48,14 @@ class Agent:
         self.manager = devices.DeviceManager(
             self.sysfs, self.libvirt, self.nvml, timeout=opts.device_timeout,
             journal=self.journal)
+        # What the layout planner carved, made again after a reboot, and
+        # kept by the reconciler though no guest uses it yet.
+        layouts = carver_mod.LayoutStore(opts.state_dir)
+        self.carver = carver_mod.Carver(self.manager, layouts)
         self.reconciler = reconcile.Reconciler(
             self.manager, remove_orphans=opts.remove_orphans,
-            grace_period=opts.orphan_grace_period)
+            grace_period=opts.orphan_grace_period, layouts=layouts.load,
+            orphan_kinds=opts.orphan_kinds)
         self._generation = 0
         self.boot_id = uuid.uuid4().hex
         self._placement = None
@@ -71,6 +78,10 @@ class Agent:
         self._generation = max(self._generation + 1,
                                int(time.time() * 1000))
         return self._generation
+
+    def restore_layouts(self):
+        """Make the carved GPU layouts again (at start, after a reboot)."""
+        return restore_mod.restore(self.carver, self.catalog)
 
     def reconcile(self):
         if self.libvirt is None:

@@ -63,6 +63,9 @@ class GpuRecord:
             for t in self.pci.mdev_types.values():
                 names.append(_VENDOR_PREFIX.sub('', t.name))
         for vf in self.vfs():
+            # SR-IOV + mdev: the types are the VFs' mdev types.
+            names.extend(_VENDOR_PREFIX.sub('', t.name)
+                         for t in vf.mdev_types.values())
             names.extend(_VENDOR_PREFIX.sub('', n)
                          for n in vf.creatable_vgpu_types.values())
         if self.nvml is not None:
@@ -254,6 +257,7 @@ class HostInventory:
     nodename: str
     sources: dict
     resource_classes: dict = None        # see GpuRecord.providers
+    drivers: object = None               # core drivers.DriverInfo
 
     def providers(self):
         """GPU index -> every provider of that GPU (report dicts)."""
@@ -270,7 +274,8 @@ class HostInventory:
         data = report_mod.host_to_dict(
             self.host, nodename=self.nodename, generation=generation,
             providers=by_index,
-            devices={g.index: self._devices(g) for g in self.gpus})
+            devices={g.index: self._devices(g) for g in self.gpus},
+            drivers=self.drivers)
         # Additive fields (ignored by report.host_from_dict): what the
         # agent knows beyond the scheduling model.
         data['agent'] = {'sources': self.sources}
@@ -372,7 +377,7 @@ class Discovery:
                                else nv.pcie_group if nv else None)
             records.append(rec)
         self._nvlinks(records)
-        self._devices(records)
+        self._devices(records, self._attached(sources))
         gpus = [host_mod.Gpu(
             r.index, r.model, address=r.address, numa_node=r.numa_node,
             pcie_switch=r.pcie_switch, nvlink_peers=r.nvlink_peers,
@@ -385,7 +390,9 @@ class Discovery:
             self._account(host.gpus[r.index], r)
         return HostInventory(host=host, gpus=records,
                              nodename=self.nodename, sources=sources,
-                             resource_classes=self.resource_classes)
+                             resource_classes=self.resource_classes,
+                             drivers=(self.nvml.driver_info()
+                                      if sources['nvml'] else None))
 
     @staticmethod
     def _account(gpu, record):
@@ -452,7 +459,24 @@ class Discovery:
             for i in component:
                 records[i].nvlink_domain = min(component)
 
-    def _devices(self, records):
+    def _attached(self, sources):
+        """PCI addresses libvirt domains hold as hostdevs; None when
+        libvirt cannot say.
+
+        A vendor-VFIO VF has its vGPU type set ahead of any guest (the
+        type is the pool's), so only a domain referring to it makes it a
+        vGPU in use.
+        """
+        if self.libvirt is None or not sources.get('libvirt'):
+            return None
+        try:
+            return set(self.libvirt.domain_refs())
+        except Exception as e:  # libvirt is optional for discovery
+            LOG.warning('cannot list libvirt domains (%s): vendor-VFIO '
+                        'VFs in use are not counted', e)
+            return None
+
+    def _devices(self, records, attached=None):
         mdevs = self.sysfs.mdevs()
         by_parent = {}
         for m in mdevs.values():
@@ -469,7 +493,10 @@ class Discovery:
                     name = _VENDOR_PREFIX.sub('', t.name) if t else m.type_id
                     r.mdevs.append((m.uuid, name))
             for vf in r.vfs():
-                if vf.current_vgpu_type:
+                # Without libvirt nothing says which typed VF a guest has:
+                # Placement's pool usage stays the capacity authority.
+                if vf.current_vgpu_type and attached is not None \
+                        and vf.address in attached:
                     name = r.vf_type_name(vf) or str(vf.current_vgpu_type)
                     r.vf_vgpus[vf.address] = _VENDOR_PREFIX.sub('', name)
             if r.nvml is not None and r.nvml.mig_enabled and \

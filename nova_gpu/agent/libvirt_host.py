@@ -228,30 +228,40 @@ class LibvirtHost:
 
     # -- domains ----------------------------------------------------------
 
-    def domain_refs(self):
-        """{mdev UUID or PCI address: [domain names]} over every domain
-        libvirt knows, running or only defined, live and persistent XML.
+    def domains(self, what='listing domains'):
+        """``[(name, UUID, [XML, ...])]`` of every domain libvirt knows,
+        running or only defined: the live XML, and the persistent one of
+        a running persistent domain (the next boot's devices).
         """
         def scan(conn):
-            refs = {}
+            found = []
             for dom in conn.listAllDomains(0):
                 try:
                     docs = [dom.XMLDesc(0)]
                     if dom.isActive() and dom.isPersistent():
                         docs.append(dom.XMLDesc(
                             libvirt.VIR_DOMAIN_XML_INACTIVE))
+                    found.append((dom.name(), dom.UUIDString(), docs))
                 except libvirt.libvirtError as e:
                     if e.get_error_code() == libvirt.VIR_ERR_NO_DOMAIN:
                         continue  # undefined meanwhile
                     raise
-                for doc in docs:
-                    uuids, addrs = xmlbuild.hostdev_refs(doc)
-                    for key in uuids | addrs:
-                        names = refs.setdefault(key, [])
-                        if dom.name() not in names:
-                            names.append(dom.name())
-            return refs
-        return self.call('listing domains', scan)
+            return found
+        return self.call(what, scan)
+
+    def domain_refs(self):
+        """{mdev UUID or PCI address: [domain names]} over every domain
+        libvirt knows, running or only defined, live and persistent XML.
+        """
+        refs = {}
+        for name, _uuid, docs in self.domains():
+            for doc in docs:
+                uuids, addrs = xmlbuild.hostdev_refs(doc)
+                for key in uuids | addrs:
+                    names = refs.setdefault(key, [])
+                    if name not in names:
+                        names.append(name)
+        return refs
 
     def _domain(self, conn, name):
         try:

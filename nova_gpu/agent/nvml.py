@@ -12,6 +12,8 @@ import dataclasses
 from oslo_log import log as logging
 
 from nova_gpu.agent import errors
+from nova_gpu.core import drivers as drivers_mod
+from nova_gpu.core import exceptions
 
 LOG = logging.getLogger(__name__)
 
@@ -92,6 +94,31 @@ class Nvml:
             self.reason = 'NVML cannot start: %s' % e
         if self.reason:
             LOG.info('NVML not used: %s', self.reason)
+
+    def driver_info(self):
+        """The vGPU manager's version and vGPU version range, or None.
+
+        ``nvmlSystemGetDriverVersion`` names the host driver (on a vGPU
+        host, the vGPU manager); ``nvmlGetVgpuVersion`` gives the preset
+        and the administrator's range of vGPU versions, of which the
+        current (administrator's) one decides migrations. Either may be
+        missing (no driver, a driver without vGPU): None or no range.
+        """
+        if not self.available:
+            return None
+        lib = self.lib
+        version = self._try(lib.nvmlSystemGetDriverVersion)
+        if version is None:
+            return None
+        ranges = (self._try(lib.nvmlGetVgpuVersion)
+                  if hasattr(lib, 'nvmlGetVgpuVersion') else None)
+        current = tuple(ranges[1]) if ranges else None
+        try:
+            return drivers_mod.DriverInfo.build(_text(version),
+                                                vgpu_versions=current)
+        except exceptions.InvalidRequest as e:
+            LOG.warning('NVIDIA driver not reported: %s', e)
+            return None
 
     def close(self):
         if self.available:

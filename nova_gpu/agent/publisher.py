@@ -23,8 +23,6 @@ import oslo_messaging
 from nova_gpu.core import report as report_mod
 
 LOG = logging.getLogger(__name__)
-# The wire contract lives in nova_gpu.core.report.
-EVENT_TYPE = report_mod.EVENT_TYPE
 
 
 class ReportPublisher:
@@ -77,7 +75,7 @@ class ReportPublisher:
             message = {
                 'message_id': str(uuid.uuid4()),
                 'publisher_id': self.publisher_id,
-                'event_type': EVENT_TYPE,
+                'event_type': report_mod.EVENT_TYPE,
                 'priority': 'INFO',
                 'payload': payload,
                 'timestamp': str(datetime.datetime.utcnow()),

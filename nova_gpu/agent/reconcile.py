@@ -39,6 +39,8 @@ class Result:
     removed: list = dataclasses.field(default_factory=list)
     rolled_back: list = dataclasses.field(default_factory=list)
     in_use: list = dataclasses.field(default_factory=list)
+    # unused MIG instances kept: the layout planner carved them ahead
+    carved: list = dataclasses.field(default_factory=list)
     waiting: list = dataclasses.field(default_factory=list)
     errors: list = dataclasses.field(default_factory=list)
 
@@ -55,10 +57,35 @@ def _retrying(attempts):
         reraise=True)
 
 
+# What "unused" may remove. Only mdevs by default: Nova makes and reuses
+# mdevs itself, while a vendor-VFIO VF's vGPU type and a MIG GPU instance
+# are set up ahead of any guest (the type of a PCI-in-Placement pool, an
+# operator's or the planner's MIG layout) and an unused one is capacity,
+# not a leak.
+ORPHAN_MDEV = 'mdev'
+ORPHAN_VF_TYPE = 'vf_type'
+ORPHAN_MIG = 'mig_instance'
+ORPHAN_KINDS = (ORPHAN_MDEV, ORPHAN_VF_TYPE, ORPHAN_MIG)
+
+
 class Reconciler:
     def __init__(self, manager, remove_orphans=True, grace_period=300,
-                 clock=time.time, retries=3):
+                 clock=time.time, retries=3, layouts=None,
+                 orphan_kinds=(ORPHAN_MDEV,)):
+        """``layouts``: a callable returning the carved layouts
+        (``{GPU address: core.layout.Layout}``, the carver's store), whose
+        GPU instances are kept though no guest uses them yet.
+        ``orphan_kinds``: which unused devices are removed (see
+        ``ORPHAN_KINDS``); cut-short operations are rolled back whatever
+        this says.
+        """
+        unknown = set(orphan_kinds) - set(ORPHAN_KINDS)
+        if unknown:
+            raise ValueError('unknown orphan kinds %s (allowed: %s)' % (
+                ', '.join(sorted(unknown)), ', '.join(ORPHAN_KINDS)))
+        self.orphan_kinds = frozenset(orphan_kinds)
         self.manager = manager
+        self.layouts = layouts
         self.remove_orphans = remove_orphans
         self.grace_period = grace_period
         self.clock = clock
@@ -155,6 +182,8 @@ class Reconciler:
             except errors.AgentError as e:
                 LOG.error('reconcile of mdev %s failed: %s', uuid, e)
                 result.errors.append('%s: %s' % (uuid, e))
+        if ORPHAN_MDEV not in self.orphan_kinds:
+            unused = []
         for uuid in self._expired('mdev', unused, result):
             try:
                 self.manager.remove_mdev(uuid, refs=refs)
@@ -204,6 +233,8 @@ class Reconciler:
                 result.in_use.append(addr)
             elif addr not in busy:
                 unused.append(addr)
+        if ORPHAN_VF_TYPE not in self.orphan_kinds:
+            unused = []
         for addr in self._expired('vf', unused, result):
             try:
                 self.manager.remove_vf_vgpu(addr, refs=refs)
@@ -225,6 +256,7 @@ class Reconciler:
                 for i in self.journal.in_flight()
                 if i['op'].startswith('mig_')}
         unused = {}
+        carved = self._carved_instances()
         for gpu in nvml.gpus():
             if not gpu.mig_enabled:
                 continue
@@ -233,8 +265,12 @@ class Reconciler:
                 name = '%s/%d@%d' % (gpu.address, inst.gi_id, inst.start)
                 if used is None or inst.gi_id in used:
                     result.in_use.append(name)
+                elif (gpu.address, inst.start) in carved:
+                    result.carved.append(name)
                 elif (gpu.address, inst.start) not in busy:
                     unused[name] = (gpu.index, inst.gi_id)
+        if ORPHAN_MIG not in self.orphan_kinds:
+            unused = {}
         for name in self._expired('mig', list(unused), result):
             index, gi_id = unused[name]
             try:
@@ -244,6 +280,13 @@ class Reconciler:
                 LOG.error('removing orphan MIG instance %s failed: %s',
                           name, e)
                 result.errors.append('%s: %s' % (name, e))
+
+    def _carved_instances(self):
+        """``{(GPU address, start slice)}`` of the saved MIG layouts."""
+        if self.layouts is None:
+            return set()
+        return {(addr, start) for addr, layout in self.layouts().items()
+                for _profile, start, _type in layout.instances}
 
 
 def _device_name(op, args):

@@ -17,6 +17,8 @@ import threading
 from oslo_log import log as logging
 
 from nova_gpu.agent import agent as agent_mod
+from nova_gpu.agent import device_events
+from nova_gpu.agent import exporter
 from nova_gpu.agent import privsep
 from nova_gpu.agent import publisher as publisher_mod
 import nova_gpu.conf
@@ -46,15 +48,28 @@ def main(argv=None):
         conf, opts.report_topic, opts.outbox_dir, opts.outbox_max,
         publisher_id='%s.%s' % (report_mod.PUBLISHER, agent.host),
         exchange=opts.report_exchange)
+    metrics = exporter.serve(conf, agent)  # [gpu_agent] metrics_listen
+    events = device_events.DeviceEvents(conf, agent.host, agent.libvirt)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
     LOG.info('nova-gpu-agent on %s (node %s) starting', agent.host,
              agent.nodename)
     try:
+        # Before the first report: the GPUs' carved layouts, lost at a
+        # reboot, are made again (nova-gpu-restore.service usually did it).
+        restored = agent.restore_layouts()
+        if restored.restored or restored.failed:
+            LOG.info('GPU layouts restored: %s; failed: %s',
+                     restored.restored, restored.failed)
+    except Exception:
+        LOG.exception('restoring the GPU layouts failed; continuing')
+    try:
         while not stop.is_set():
             try:
                 result = agent.cycle(publisher)
+                metrics.observe(result)
+                events.observe(result)
                 LOG.info('GPU cycle: report generation %d, %d GPUs, '
                          'reconcile %.3fs, discovery %.3fs, %s reports '
                          'unsent', result['report']['generation'],
@@ -63,11 +78,14 @@ def main(argv=None):
                          result['timings']['discover_s'],
                          result['unsent_reports'])
             except Exception:
+                metrics.failed()
                 LOG.exception('GPU agent cycle failed; retrying next cycle')
             if not opts.reconcile_interval:
                 break
             stop.wait(opts.reconcile_interval)
     finally:
+        metrics.stop()
+        events.close()
         publisher.close()
         agent.close()
     return 0

@@ -10,7 +10,7 @@ import sys
 import traceback
 
 MODULES = ('sim_bench', 'scheduler_cost', 'agent_bench', 'core_bench',
-           'reliability')
+           'reliability', 'carving_bench', 'economics')
 
 
 def main(argv=None):
@@ -43,7 +43,10 @@ def main(argv=None):
             if name == 'sim_bench':
                 ok = module.run(results_dir=args.results_dir,
                                 quick=args.quick)
-            elif name == 'reliability':
+            elif name == 'carving_bench':
+                ok = module.run(results_dir=args.results_dir,
+                                hosts=(7,) if args.quick else module.HOSTS)
+            elif name in ('reliability', 'economics'):
                 ok = module.run(quick=args.quick)
             else:
                 ok = module.run()

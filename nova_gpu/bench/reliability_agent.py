@@ -33,7 +33,6 @@ import json
 import os
 import random
 import signal
-import subprocess
 import sys
 import threading
 import time
@@ -321,32 +320,18 @@ def kills(trials, seed=0, delay=(0.05, 1.2), log=print):
 
 # -- RabbitMQ and libvirtd restarts ----------------------------------------
 
-SERVICE_CONF = """\
-[DEFAULT]
-transport_url = {url}
-debug = false
-
-[oslo_messaging_notifications]
-transport_url = {url}
-
-[oslo_messaging_rabbit]
-amqp_durable_queues = true
-rabbit_retry_interval = 1
-
-[gpu_agent]
-host = rel1
-libvirt_uri = {uri}
-sysfs_root = {sysfs}
-use_nvml = false
-reconcile_interval = 1
-orphan_grace_period = 3600
-libvirt_retries = 1
-device_timeout = 5
-provider_config_file =
-outbox_dir = {dir}/outbox
-state_dir = {dir}/state
-report_topic = {topic}
-"""
+def _service_options():
+    """What the restarts run changes in the agent's config file."""
+    return {
+        'DEFAULT': {'debug': 'false'},
+        # durable queues: what the broker took survives its restart
+        'oslo_messaging_rabbit': {'amqp_durable_queues': 'true',
+                                  'rabbit_retry_interval': 1},
+        'gpu_agent': {'reconcile_interval': 1,
+                      'orphan_grace_period': 3600,
+                      'libvirt_retries': 1, 'device_timeout': 5,
+                      'provider_config_file': ''},
+    }
 
 
 class _Reports:
@@ -382,6 +367,7 @@ def restarts(outage=4.0, log=print):
     from oslo_config import cfg
     import oslo_messaging
 
+    from nova_gpu.testing import agent_process
     from tests.functional.agent import fakehost
     from tests.functional.agent import rabbit
     host = fakehost.FakeHost(build_host)
@@ -404,47 +390,26 @@ def restarts(outage=4.0, log=print):
             transport, [oslo_messaging.Target(topic=topic, exchange='nova')],
             [reports], executor='threading')
         listener.start()
-        path = os.path.join(host.dir, 'agent.conf')
-        with open(path, 'w') as f:
-            f.write(SERVICE_CONF.format(url=broker.url, uri=host.uri,
-                                        sysfs=host.fs.root, dir=host.dir,
-                                        topic=topic))
+        path = agent_process.write_config(
+            os.path.join(host.dir, 'agent.conf'), broker.url, topic,
+            host.dir, host.fs.root, host='rel1', libvirt_uri=host.uri,
+            options=_service_options())
         log_path = os.path.join(host.dir, 'agent.log')
-        with open(log_path, 'w') as out:
-            agent = subprocess.Popen(
-                [sys.executable, '-m', 'nova_gpu.agent.service',
-                 '--config-file', path], stdout=out,
-                stderr=subprocess.STDOUT)
+        agent = agent_process.AgentProcess(path, log_path)
+        agent.setUp()
         try:
-            def cycles():
-                return len(_published(log_path))
-
-            def wait_cycles(n, timeout=60):
-                deadline = time.monotonic() + timeout
-                target = cycles() + n
-                while cycles() < target:
-                    if agent.poll() is not None or \
-                            time.monotonic() > deadline:
-                        return False
-                    time.sleep(0.2)
-                return True
-            steps = {'started': wait_cycles(2)}
+            steps = {'started': agent.wait_cycles(2)}
             broker.stop_app()
             time.sleep(outage)
             broker.start_app()
-            steps['after broker restart'] = wait_cycles(3)
+            steps['after broker restart'] = agent.wait_cycles(3)
             host.stop_libvirtd()
             time.sleep(outage)
             host.start_libvirtd()
-            steps['after libvirtd restart'] = wait_cycles(3)
-            alive = agent.poll() is None
+            steps['after libvirtd restart'] = agent.wait_cycles(3)
+            alive = agent.running
         finally:
-            agent.send_signal(signal.SIGTERM)
-            try:
-                agent.wait(30)
-            except subprocess.TimeoutExpired:
-                agent.kill()
-                agent.wait()
+            agent.cleanUp()
         held = {'broker': 0, 'libvirt': 0}
         published = _published(log_path, held)
         unsent = len(os.listdir(os.path.join(host.dir, 'outbox')))

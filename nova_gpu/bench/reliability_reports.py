@@ -70,7 +70,7 @@ def _specs(catalog):
              resources__VGPU='1'),
         spec(gpu__count='2', gpu__topology='numa', resources1__VGPU='1',
              resources2__VGPU='1', group_policy='isolate'),
-        spec(gpu__kind='whole', resources__PGPU='1'),
+        spec(gpu__kind='whole', pci_passthrough__alias='nvidia-gpu:1'),
     ]
 
 

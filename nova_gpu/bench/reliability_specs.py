@@ -59,6 +59,7 @@ _GRAMMAR = {
     'compute': re.compile(r'[0-9]+(\.[0-9]+)?%?', re.A),
     'kind': re.compile('|'.join(flavor_mod.KINDS)),
     'topology': re.compile(r'any|numa|nvlink'),
+    'backend': re.compile(r'mdev|vfio'),
 }
 _PRINTABLE = re.compile(r'[\x20-\x7e]+')
 
@@ -188,6 +189,7 @@ class Fuzzer:
             'compute': lambda: rng.choice(('%.2f' % rng.uniform(0.01, 1),
                                            '%d%%' % rng.randint(1, 100))),
             'kind': lambda: rng.choice(flavor_mod.KINDS),
+            'backend': lambda: rng.choice(flavor_mod.BACKENDS),
         }[name]()
 
     def _mutated(self, value):

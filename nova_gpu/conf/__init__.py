@@ -4,6 +4,7 @@ from oslo_config import cfg
 
 from nova_gpu.conf import agent
 from nova_gpu.conf import core
+from nova_gpu.conf import exporter
 from nova_gpu.conf import scheduler
 
 CONF = cfg.CONF
@@ -11,3 +12,4 @@ CONF = cfg.CONF
 core.register_opts(CONF)
 scheduler.register_opts(CONF)
 agent.register_opts(CONF)
+exporter.register_opts(CONF)

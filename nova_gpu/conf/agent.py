@@ -1,6 +1,9 @@
 """Options of the nova-gpu compute agent: ``[gpu_agent]``."""
 
 from oslo_config import cfg
+from oslo_config import types
+
+from nova_gpu.core import report
 
 agent_group = cfg.OptGroup(
     'gpu_agent', title='nova-gpu compute agent',
@@ -46,6 +49,21 @@ opts = [
                      'domain, running or not, is never touched. Devices '
                      'that an agent operation cut short by a crash left '
                      'half-made are rolled back whatever this says.'),
+    cfg.ListOpt('orphan_kinds', default=['mdev'],
+                item_type=types.String(
+                    choices=('mdev', 'vf_type', 'mig_instance')),
+                help='Which unused devices remove_orphans removes: '
+                     '"mdev" (mediated devices; Nova makes and reuses them '
+                     'itself), "vf_type" (the vGPU type of vendor-VFIO VFs '
+                     'no domain references) and "mig_instance" (MIG GPU '
+                     'instances with no vGPU). Only mdevs by default: with '
+                     'NVIDIA vendor-specific VFIO the VF types of a PCI in '
+                     'Placement pool are set before any guest asks (Nova\'s '
+                     'PCI tracker picks a VF of the pool), and MIG layouts '
+                     'are made ahead by the operator or the layout planner; '
+                     'removing them would take capacity away. Add '
+                     '"vf_type" only where types are set just in time for '
+                     'each guest.'),
     cfg.IntOpt('orphan_grace_period', default=300, min=0,
                help='Seconds a device must have been seen unused before '
                     'it counts as an orphan, so that a device nova-compute '
@@ -73,7 +91,7 @@ opts = [
                     'directory). It carries the GPU topology traits, '
                     'which stick across nova-compute\'s periodic provider '
                     'updates. Empty disables it.'),
-    cfg.StrOpt('report_topic', default='nova_gpu_reports',
+    cfg.StrOpt('report_topic', default=report.TOPIC,
                help='oslo.messaging notification topic of host GPU '
                     'reports.'),
     cfg.StrOpt('report_exchange', default='nova',
@@ -92,6 +110,13 @@ opts = [
                     'to the report and log the ones nova-compute has not '
                     'created yet. The agent never writes to Placement. '
                     'Unset: Placement is not read.'),
+    cfg.StrOpt('metrics_listen', default='',
+               sample_default='127.0.0.1:9835',
+               help='ADDRESS:PORT where the agent serves Prometheus '
+                    'metrics of this host\'s GPUs, devices and its own '
+                    'health (http://ADDRESS:PORT/metrics; [::1]:9835 for '
+                    'IPv6). Empty (the default) serves nothing. See '
+                    'doc/source/observability.rst for the series.'),
 ]
 
 

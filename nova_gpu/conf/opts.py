@@ -2,8 +2,10 @@
 
 from nova_gpu.conf import agent
 from nova_gpu.conf import core
+from nova_gpu.conf import exporter
 from nova_gpu.conf import scheduler
 
 
 def list_opts():
-    return core.list_opts() + scheduler.list_opts() + agent.list_opts()
+    return (core.list_opts() + scheduler.list_opts() + agent.list_opts()
+            + exporter.list_opts())

@@ -6,6 +6,8 @@ they go in nova.conf next to ``[filter_scheduler]``.
 
 from oslo_config import cfg
 
+from nova_gpu.core import report
+
 group = cfg.OptGroup(
     'gpu_scheduler', title='nova-gpu scheduler filter and weighers',
     help='Options of nova_gpu.scheduler.filters.GpuFilter and the '
@@ -30,16 +32,46 @@ opts = [
                     'vGPU, as the compute nodes report it (Nova libvirt '
                     'reports VGPU unless [mdev_*] mdev_class says '
                     'otherwise).'),
-    cfg.StrOpt('whole_gpu_resource_class', default='PGPU',
+    cfg.StrOpt('whole_gpu_resource_class', default=report.WHOLE_GPU_RC,
                help='Placement resource class of one whole (passthrough) '
-                    'GPU, as published for the GPU providers by the '
-                    'compute side (provider config YAML or the agent).'),
+                    'GPU: the resource_class the compute nodes\' [pci] '
+                    'device_spec gives the GPUs (PCI in Placement; Nova '
+                    'publishes no PGPU inventory itself), and the one of '
+                    'the [pci] alias whole_gpu_alias names.'),
+    cfg.StrOpt('whole_gpu_alias', default=report.WHOLE_GPU_ALIAS,
+               help='Name of the [pci] alias (in nova.conf of nova-api and '
+                    'the compute nodes) that asks for whole GPUs: flavors '
+                    'with gpu:kind=whole carry pci_passthrough:alias='
+                    '<this>:<count>. Its resource_class must be '
+                    'whole_gpu_resource_class.'),
+    cfg.StrOpt('vfio_vgpu_resource_class', default=report.VFIO_VGPU_RC,
+               help='Placement resource class of one NVIDIA vGPU on a '
+                    'vendor-specific VFIO virtual function (vGPU 17+): the '
+                    'resource_class the compute nodes\' [pci] device_spec '
+                    'gives those VFs, whatever vGPU type is preset on '
+                    'them. Nova pools the VFs of one GPU in one provider; '
+                    'GpuFilter picks the pool whose type fits the flavor.'),
+    cfg.StrOpt('vfio_vgpu_alias', default=report.VFIO_VGPU_ALIAS,
+               help='Name of the [pci] alias that asks for vendor-VFIO '
+                    'vGPUs: flavors with gpu:backend=vfio carry '
+                    'pci_passthrough:alias=<this>:<count>. Its '
+                    'resource_class must be vfio_vgpu_resource_class.'),
+    cfg.StrOpt('vgpu_backend', default='mdev',
+               choices=[('mdev', 'mediated devices (PF or SR-IOV VF '
+                                 'parents, resources:VGPU)'),
+                        ('vfio', 'NVIDIA vendor-specific VFIO VFs tracked '
+                                 'by PCI in Placement '
+                                 '(pci_passthrough:alias)')],
+               help='How vGPUs are asked when a flavor has no gpu:backend '
+                    'key: the path most of the cloud\'s vGPU hosts use. '
+                    'Read by the API validator and by nova-scheduler; set '
+                    'it the same for both.'),
     cfg.BoolOpt('report_listener', default=True,
                 help='Start an oslo.messaging notification listener in '
                      'nova-scheduler that receives the GPU reports of '
                      'nova-gpu-agent (topic [gpu_scheduler] report_topic, '
                      'on the notification transport of nova.conf).'),
-    cfg.StrOpt('report_topic', default='nova_gpu_reports',
+    cfg.StrOpt('report_topic', default=report.TOPIC,
                help='Notification topic the agents publish GPU reports on.'),
     cfg.IntOpt('generation_reset_after', default=300, min=1,
                help='Seconds after which a GPU report whose generation is '

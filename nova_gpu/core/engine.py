@@ -63,8 +63,7 @@ class PlacementEngine:
         if req.memory_mib > host.memory_free:
             return 'needs %d MiB memory, %d free' % (req.memory_mib,
                                                      host.memory_free)
-        allowed = [g for g in host.gpus if req.models is None
-                   or fragmentation._model_allowed(g.model, req.models)]
+        allowed = [g for g in host.gpus if g.serves_model(req.models)]
         if not allowed:
             return 'no GPU of model %s' % ', '.join(sorted(req.models))
         what = req.profile or req.kind
@@ -114,20 +113,36 @@ class PlacementEngine:
         For GPU sets decided elsewhere (the allocation candidates Placement
         offers); scored exactly as ``rank`` scores its own choices.
         """
+        return self.evaluator(host, req)(gpu_indices)
+
+    def evaluator(self, host, req):
+        """``evaluate`` for many GPU sets of ``host`` in its current state:
+        ``evaluator(host, req)(gpu_indices, on=None)``. The per-GPU work
+        (fit keys, offers, the fragmentation base) is done once; ``on``
+        names another host in the same state to place on (its NUMA cells
+        and name), default ``host``. Valid while that state lasts.
+        """
         keys = [g.fit_key() for g in host.gpus]
         options = self._offers(host, req, keys)
-        if (options is None or len(gpu_indices) != req.count
-                or any(i not in options for i in gpu_indices)):
-            return None
-        gpus = tuple(host.gpus[i] for i in gpu_indices)
-        best = None
-        for placement, numa_miss in self._placements(host, req, gpus,
-                                                     options):
-            choice = self._choice(self._base(host, keys), placement, gpus,
-                                  numa_miss, {})
-            if best is None or choice.cost < best.cost:
-                best = choice
-        return best
+        base = []
+
+        def evaluate(gpu_indices, on=None):
+            if (options is None or len(gpu_indices) != req.count
+                    or any(i not in options for i in gpu_indices)):
+                return None
+            target = on or host
+            gpus = tuple(host.gpus[i] for i in gpu_indices)
+            best = None
+            for placement, numa_miss in self._placements(target, req, gpus,
+                                                         options):
+                if not base:
+                    base.append(self._base(host, keys))
+                choice = self._choice(base[0], placement, gpus, numa_miss,
+                                      {})
+                if best is None or choice.cost < best.cost:
+                    best = choice
+            return best
+        return evaluate
 
     def best(self, host, req):
         ranked = self.rank(host, req)
@@ -198,8 +213,7 @@ class PlacementEngine:
                 offers = memo[key] = tuple(
                     (s.kind, s.detail)
                     for s in fragmentation.unit_slots(gpu, req)
-                    if req.models is None or fragmentation._model_allowed(
-                        gpu.model, req.models))
+                    if gpu.serves_model(req.models))
             if offers:
                 index = gpu.index
                 options[index] = [host_mod.Slot(index, kind, detail)

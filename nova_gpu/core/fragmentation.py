@@ -11,6 +11,7 @@ host's fragmentation is the ``p_m``-weighted sum, in milli-GPUs.
 
 import collections
 import dataclasses
+import functools
 
 from nova_gpu.core import host as host_mod
 
@@ -56,60 +57,78 @@ def unit_fits(gpu, req):
     return fit_checker(req)(gpu)
 
 
-_CHECKERS = {}
+# The one fit rule is ``unit_slots`` (every slot of ``gpu`` that could hold
+# one device of ``req``), written with ``host.Gpu``'s own predicates
+# (``fits_share``, ``fits_whole``, ``mig_starts``, ``vgpu_room``...) and
+# its model rule (``Gpu.serves_model``). ``fit_checker`` answers
+# ``bool(unit_slots(gpu, req))`` with named fast paths, one per request
+# kind, that ask the same Gpu predicates without building slots: the
+# fragmentation measure asks it for every typical request on every GPU of
+# every host it scores. A unit test holds the two to the same answers.
 
 
+@functools.lru_cache(maxsize=4096)
 def fit_checker(req):
     """A function ``gpu -> bool`` answering ``unit_fits`` for ``req``.
 
-    Built once per request: fragmentation asks this question for every
-    typical request on every GPU of every host scored, so it must not
-    rebuild tuples or re-dispatch on the request kind each time.
+    Built once per request (memoised, bounded).
     """
-    checker = _CHECKERS.get(req)
-    if checker is None:
-        checker = _CHECKERS[req] = _build_checker(req)
-    return checker
+    return _FAST_PATHS.get(req.kind, _by_slots)(req)
 
 
-def _build_checker(req):
+def _share_fits(req):
+    milli, allowed = req.milli, req.models
+
+    def share_fits(gpu):
+        return gpu.fits_share(milli) and gpu.serves_model(allowed)
+    return share_fits
+
+
+def _whole_fits(req):
     allowed = req.models
-    kind = req.kind
 
-    def model_ok(model):
-        return allowed is None or _model_allowed(model, allowed)
+    def whole_fits(gpu):
+        return gpu.fits_whole() and gpu.serves_model(allowed)
+    return whole_fits
 
-    if kind == host_mod.SHARE:
-        milli = req.milli
 
-        def fits(gpu):
-            return gpu.fits_share(milli) and model_ok(gpu.model)
-    elif kind == host_mod.WHOLE:
-        def fits(gpu):
-            return gpu.fits_whole() and model_ok(gpu.model)
-    elif kind == host_mod.MIG:
-        name = req.profile
+def _mig_fits(req):
+    name, allowed = req.profile, req.models
 
-        def fits(gpu):
-            mig = gpu.model.mig
-            profile = mig.profiles.get(name) if mig else None
-            return (profile is not None and gpu.fits_mig(profile)
-                    and model_ok(gpu.model))
-    else:
-        def fits(gpu):
-            return bool(unit_slots(gpu, req)) and model_ok(gpu.model)
-        if req.profile:
-            name = req.profile
+    def mig_fits(gpu):
+        mig = gpu.model.mig
+        profile = mig.profiles.get(name) if mig else None
+        return (profile is not None and gpu.fits_mig(profile)
+                and gpu.serves_model(allowed))
+    return mig_fits
 
-            def fits(gpu):  # noqa: F811 - the common case, made cheap
-                profile = gpu.model.vgpu_profiles.get(name)
-                return (profile is not None and model_ok(gpu.model)
-                        and gpu.fits_vgpu(profile))
-    return fits
+
+def _vgpu_fits(req):
+    if not req.profile:
+        return _by_slots(req)
+    name, allowed = req.profile, req.models
+
+    def vgpu_fits(gpu):
+        profile = gpu.model.vgpu_profiles.get(name)
+        return (profile is not None and gpu.serves_model(allowed)
+                and gpu.fits_vgpu(profile))
+    return vgpu_fits
+
+
+def _by_slots(req):
+    def fits_by_slots(gpu):
+        return gpu.serves_model(req.models) and bool(unit_slots(gpu, req))
+    return fits_by_slots
+
+
+_FAST_PATHS = {host_mod.SHARE: _share_fits, host_mod.WHOLE: _whole_fits,
+               host_mod.MIG: _mig_fits, host_mod.VGPU: _vgpu_fits}
 
 
 def unit_slots(gpu, req):
-    """Every slot on ``gpu`` that could hold one device of ``req``."""
+    """Every slot on ``gpu`` that could hold one device of ``req``
+    (ignoring the model rule, ``Gpu.serves_model``).
+    """
     kind = req.kind
     model = gpu.model
     if kind == host_mod.SHARE:
@@ -139,10 +158,6 @@ def unit_slots(gpu, req):
         elif gpu.vgpu_room(profile) > 0:
             slots.append(host_mod.Slot(gpu.index, kind, name))
     return tuple(slots)
-
-
-def _model_allowed(model, allowed):
-    return model.name in allowed or any(a in allowed for a in model.aliases)
 
 
 def host_fits(host, req, free_gpus=None):

@@ -8,6 +8,7 @@ compared and fragmentation measured on one scale.
 """
 
 import dataclasses
+import functools
 import typing
 
 from nova_gpu.core import exceptions
@@ -33,6 +34,14 @@ class Slot(typing.NamedTuple):
     detail: object = None
 
 
+@functools.lru_cache(maxsize=4096)
+def _peers(peers):
+    """One frozenset per distinct NVLink peer set (GPUs share them: 10,000
+    hosts of one server type have 8 distinct sets between them).
+    """
+    return peers
+
+
 class Gpu:
     """A physical GPU: identity, topology and allocation state."""
 
@@ -52,7 +61,7 @@ class Gpu:
         self.address = address
         self.numa_node = numa_node
         self.pcie_switch = pcie_switch
-        self.nvlink_peers = frozenset(nvlink_peers)
+        self.nvlink_peers = _peers(frozenset(nvlink_peers))
         self.mig_enabled = mig_enabled
         # vGPU types the operator enabled on this GPU (None: any in catalog)
         self.vgpu_types = tuple(vgpu_types) if vgpu_types else None
@@ -110,7 +119,30 @@ class Gpu:
                 tuple(sorted(self.vgpus.items())), self.mig_mask,
                 tuple(sorted(self.mig_instances.items())))
 
+    def copy(self):
+        """An independent copy (same identity, own allocation state)."""
+        gpu = Gpu.__new__(Gpu)
+        for attr in Gpu.__slots__:
+            setattr(gpu, attr, getattr(self, attr))
+        gpu.vgpus = dict(self.vgpus)
+        gpu.mig_instances = dict(self.mig_instances)
+        return gpu
+
+    def identity(self):
+        """Hashable: everything but the allocation state (``snapshot``)."""
+        return (self.index, self.model.name, self.address, self.numa_node,
+                self.pcie_switch, self.nvlink_peers, self.mig_enabled,
+                self.vgpu_types)
+
     # -- what fits --------------------------------------------------------
+
+    def serves_model(self, allowed):
+        """This GPU is one of the ``allowed`` models (None: any), by name
+        or alias. The one model rule of every fit check.
+        """
+        model = self.model
+        return (allowed is None or model.name in allowed
+                or any(a in allowed for a in model.aliases))
 
     def fits_share(self, milli):
         return (not self.mig_enabled and not self.whole and not self.vgpus
@@ -336,6 +368,24 @@ class Host:
                 tuple((c.cpu_used, c.memory_used)
                       for _, c in sorted(self.cells.items())),
                 tuple(g.snapshot() for g in self.gpus))
+
+    def content(self):
+        """Hashable: everything about this host but its name. Two hosts
+        with equal content are interchangeable (they may share one Host).
+        """
+        return (self.cpu_milli, self.memory_mib,
+                tuple((c.id, c.cpu_milli, c.memory_mib)
+                      for _, c in sorted(self.cells.items())),
+                tuple(g.identity() for g in self.gpus), self.snapshot())
+
+    def copy(self, name=None):
+        """An independent copy, named ``name`` (default: the same)."""
+        host = Host(name or self.name, [g.copy() for g in self.gpus],
+                    self.cpu_milli, self.memory_mib,
+                    [dataclasses.replace(c) for c in self.cells.values()])
+        host.cpu_used = self.cpu_used
+        host.memory_used = self.memory_used
+        return host
 
     def allocate(self, placement):
         """Apply ``placement``; all or nothing."""

@@ -30,6 +30,13 @@ Schema (version 2)::
           {"kind": "mig", "detail": ["3g.20gb", 0, null], "uuid": "..."},
           {"kind": "whole"}]}]}
 
+Optional in both versions, for driver-aware placement
+(``nova_gpu.core.drivers``)::
+
+     "nvidia": {"driver_version": "550.54.14",   # the vGPU manager
+                "guest_driver_branches": ["R535", "R550"],
+                "vgpu_version_range": [65536, 1114112]}  # may be null
+
 Version 1 is the same without ``providers`` and ``boot_id``; each GPU has
 one ``provider`` name instead (a ``pf_mdev`` provider of class VGPU). A
 version 2 GPU entry without ``providers`` is read the same way.
@@ -53,6 +60,7 @@ import dataclasses
 import math
 import re
 
+from nova_gpu.core import drivers as drivers_mod
 from nova_gpu.core import exceptions
 from nova_gpu.core import host as host_mod
 
@@ -64,6 +72,10 @@ SUPPORTED_VERSIONS = (1, 2)
 # oslo.messaging notification event type and publisher of a report.
 EVENT_TYPE = 'gpu.host.report'
 PUBLISHER = 'nova-gpu-agent'
+# Default notification topic of reports: the agent's ``[gpu_agent]
+# report_topic``, the scheduler's ``[gpu_scheduler] report_topic`` and the
+# exporter's must agree, so their defaults come from here.
+TOPIC = 'nova_gpu_reports'
 
 # How Nova 34 shows a GPU (or a part of one) in Placement; each report
 # lists, per physical GPU, every provider of these kinds that stands for it.
@@ -73,6 +85,18 @@ PCI_POOL = 'pci_pool'      # vendor-specific VFIO VFs, pooled per PF
 PCI_DEVICE = 'pci_device'  # whole-GPU passthrough, PCI in Placement
 PROVIDER_KINDS = (PF_MDEV, VF_MDEV, PCI_POOL, PCI_DEVICE)
 VGPU_RC = 'VGPU'
+
+# One generic resource class per PCI-in-Placement path, which operators give
+# the GPU devices in ``[pci] device_spec`` (``resource_class``), and the
+# ``[pci] alias`` names flavors ask them with (``pci_passthrough:alias``).
+# One class for every vendor-VFIO VF pool, whatever vGPU type is preset on
+# its VFs, as VGPU is one class for every mdev parent: Placement only
+# counts, and GpuFilter picks the pool whose type (from the agent's report)
+# fits the flavor. Schedulers may rename them ([gpu_scheduler] options).
+VFIO_VGPU_RC = 'CUSTOM_NVIDIA_VGPU'   # vendor-VFIO VFs, pooled per PF
+WHOLE_GPU_RC = 'CUSTOM_NVIDIA_GPU'    # whole GPUs (PFs) for passthrough
+VFIO_VGPU_ALIAS = 'nvidia-vgpu'
+WHOLE_GPU_ALIAS = 'nvidia-gpu'
 
 # -- bounds: a report is untrusted input --
 
@@ -177,6 +201,7 @@ class Report:
     generation: int
     boot_id: str
     providers: tuple  # Provider, every kind, ordered by GPU
+    drivers: object = None  # drivers.DriverInfo, when the agent knows
 
     def provider_map(self):
         """Provider name -> Provider."""
@@ -305,7 +330,33 @@ class _Parser:
                 names.add(p.name)
                 providers.append(p)
         return Report(version, host, nodename, generation, boot_id,
-                      tuple(providers))
+                      tuple(providers), self.drivers(data.get('nvidia')))
+
+    def drivers(self, raw):
+        """The optional ``nvidia`` object: a ``drivers.DriverInfo``."""
+        if raw is None:
+            return None
+        raw = self.mapping(raw, 'nvidia')
+        version = self.string(self.field(raw, 'driver_version',
+                                         'nvidia.driver_version'),
+                              'nvidia.driver_version')
+        guest = raw.get('guest_driver_branches')
+        if guest is not None:
+            guest = self.array(guest, 'nvidia.guest_driver_branches')
+            for n, b in enumerate(guest):
+                self.string(b, 'nvidia.guest_driver_branches[%d]' % n)
+        versions = raw.get('vgpu_version_range')
+        if versions is not None:
+            versions = self.array(versions, 'nvidia.vgpu_version_range')
+            if len(versions) != 2:
+                self.fail('nvidia.vgpu_version_range', 'must be [min, max]')
+            for n, v in enumerate(versions):
+                self.integer(v, 'nvidia.vgpu_version_range[%d]' % n,
+                             high=drivers_mod.MAX_VGPU_VERSION)
+        try:
+            return drivers_mod.DriverInfo.build(version, guest, versions)
+        except exceptions.InvalidRequest as e:
+            self.fail('nvidia', str(e))
 
     def cells(self, raw):
         raw = self.array(raw, 'numa_cells', MAX_CELLS)
@@ -532,12 +583,14 @@ def gpu_to_dict(gpu, providers=None, devices=None, version=VERSION):
 
 
 def host_to_dict(host, nodename=None, generation=0, providers=None,
-                 devices=None, boot_id=None, version=VERSION):
+                 devices=None, boot_id=None, version=VERSION,
+                 drivers=None):
     """Report for ``host``; ``providers``/``devices`` are keyed by index.
 
     ``providers[index]`` is a list of provider dicts (``provider_dict``)
     or a single provider name. ``version=1`` writes the old schema (one
     provider per GPU, the first) for schedulers not yet upgraded.
+    ``drivers`` (a ``drivers.DriverInfo``) is written as ``nvidia``.
     """
     if version not in SUPPORTED_VERSIONS:
         raise exceptions.InvalidRequest('cannot write GPU report version %r'
@@ -557,4 +610,14 @@ def host_to_dict(host, nodename=None, generation=0, providers=None,
     }
     if version >= 2 and boot_id is not None:
         data['boot_id'] = boot_id
+    if drivers is not None:
+        data['nvidia'] = drivers_to_dict(drivers)
     return data
+
+
+def drivers_to_dict(info):
+    """The ``nvidia`` object of a report from a ``drivers.DriverInfo``."""
+    return {'driver_version': info.driver_version,
+            'guest_driver_branches': list(info.guest_branches),
+            'vgpu_version_range': (list(info.vgpu_versions)
+                                   if info.vgpu_versions else None)}

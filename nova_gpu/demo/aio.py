@@ -4,11 +4,13 @@ Starts real Nova (API, conductor, scheduler, nova-compute with the libvirt
 driver) and real Placement in this process, on simulated GPU hypervisors
 (``nova_gpu.testing.cloud``: only libvirt is fake), creates GPU flavors and
 boots the scenario's servers through the Nova API with openstacksdk, one at
-a time. It then prints where each server landed, the libvirt hostdev XML
-Nova's driver wrote for one of them, and the cloud's GPU allocation and
-expected fragmentation. The same sequence is run again on a second cloud
-with the other policy (stock Nova's filters and weighers, or nova-gpu's)
-and both outcomes are compared.
+a time. It then prints where each server landed (the GPU path, GPU, VF and
+MIG slice, read from the domain XML Nova wrote and the host's devices),
+the libvirt hostdev XML Nova's driver wrote for one server of each path,
+and the cloud's GPU allocation and expected fragmentation. The same
+sequence is run again on a second cloud with the other policy (stock
+Nova's filters and weighers, or nova-gpu's) and both outcomes are
+compared.
 
 Run it with ``tools/run-demo.sh`` (which runs ``tox -e demo``).
 """
@@ -23,8 +25,22 @@ import time
 import traceback
 import warnings
 
+from nova_gpu.demo import plot
 from nova_gpu.demo import render
-from nova_gpu.demo import scenario
+
+
+class _Scenario:
+    """nova_gpu.demo.scenario, imported on first use: it builds on Nova's
+    test harness (nova.tests, the ``demo`` extra), which a plain install
+    of nova-gpu neither needs nor imports.
+    """
+
+    def __getattr__(self, name):
+        from nova_gpu.demo import scenario as module
+        return getattr(module, name)
+
+
+scenario = _Scenario()
 
 # Nova's own filter that honours aggregate_instance_extra_specs: the stock
 # way to keep a flavor on hosts with its GPU model, used by both clouds.
@@ -41,8 +57,10 @@ class ServerResult:
     asks: str
     result: str
     host: str = None
-    gpus: tuple = ()  # PCI addresses
+    gpus: tuple = ()  # PCI addresses of the GPUs (PFs)
     devices: tuple = ()  # vGPU type per device (and its MIG slice)
+    path: str = None  # how the devices reach the guest
+    functions: tuple = ()  # VF (or mdev parent, or PF) per device
     numa: tuple = ()  # NUMA node(s) of the GPUs
     nvlinked: bool = None
     topology: str = 'any'  # what the flavor asked
@@ -75,9 +93,9 @@ class Outcome:
     policy: str
     servers: list
     hosts: list
-    hostdev_server: str = None
-    hostdev_xml: str = None
-    hostdev_devices: tuple = ()  # where each mdev of that server lives
+    # (server, path, domain XML, lines saying where each device lives),
+    # one server of each path
+    hostdevs: tuple = ()
     seconds: float = 0.0
 
     @property
@@ -151,11 +169,17 @@ def connect(cloud):
         compute_api_version='2.95')
 
 
-def run(stock=False, progress=None):
-    """Boot the scenario on a fresh cloud; return its Outcome."""
+def run(stock=False, progress=None, agents=False):
+    """Boot the scenario on a fresh cloud; return its Outcome.
+
+    ``agents``: GPU reports come from a real nova-gpu-agent process per
+    host over RabbitMQ (the scheduler's report listener on), not from the
+    harness; stock Nova reads no reports either way.
+    """
     from nova_gpu.testing import cloud as cloud_mod
     start = time.monotonic()
-    cloud = cloud_mod.start_cloud(scenario.HOSTS, nova_conf=nova_conf(stock))
+    cloud = cloud_mod.start_cloud(scenario.HOSTS, nova_conf=nova_conf(stock),
+                                  agents=agents and not stock)
     try:
         limit_candidates(cloud)
         conn = connect(cloud)
@@ -168,10 +192,7 @@ def run(stock=False, progress=None):
             servers.append(result)
             if progress:
                 progress(result)
-        shown = next((s for s in servers if s.result == 'ACTIVE'
-                      and len(s.gpus) == 1), None)
-        xml = _domain_xml(cloud, shown) if shown else None
-        devices = _mdevs_of(cloud, shown, xml) if shown else ()
+        hostdevs = _hostdevs(cloud, servers)
         hosts = _host_use(cloud)
     finally:
         # Nova logs every thread pool it stops at INFO; not worth showing.
@@ -181,8 +202,7 @@ def run(stock=False, progress=None):
         finally:
             logging.disable(logging.NOTSET)
     return Outcome('stock Nova' if stock else 'nova-gpu', servers, hosts,
-                   shown and shown.name, xml, devices,
-                   time.monotonic() - start)
+                   hostdevs, time.monotonic() - start)
 
 
 def _create_aggregates(conn):
@@ -240,16 +260,17 @@ def _boot(cloud, conn, name, flavor_name, flavor_id):
         result.result = ('NoValidHost' if 'No valid host' in message
                          else 'ERROR: %s' % message[:60])
         return result
-    providers = cloud.gpu_providers_of({'id': server.id})
     specs = {h.name: h for h in scenario.HOSTS}
     result.host = server.compute_host
     spec = specs[result.host]
-    indices = [cloud.gpu_index(p) for p in providers]
-    result.gpus = tuple(_address(p) for p in providers)
-    mig = cloud.mig_slots_of({'id': server.id})
-    result.devices = tuple(
-        ' '.join(_device(spec, slot) for slot in mig.get(p) or [None])
-        for p in providers)
+    # What the guest got: the domain XML Nova wrote, and the host's
+    # devices behind it.
+    devices = cloud.guest_devices({'id': server.id})
+    indices = [d.gpu for d in devices]
+    result.gpus = tuple(d.gpu_address for d in devices)
+    result.devices = tuple(_device(d) for d in devices)
+    result.functions = tuple(d.function for d in devices)
+    result.path = ', '.join(sorted({d.path for d in devices}))
     result.numa = tuple(sorted({spec.numa_of(i) for i in indices}))
     links = {frozenset(p) for p in spec.nvlink}
     result.nvlinked = all(frozenset((a, b)) in links
@@ -257,39 +278,33 @@ def _boot(cloud, conn, name, flavor_name, flavor_id):
     return result
 
 
-def _device(spec, slot):
-    """A vGPU in words; a MIG-backed one with the MIG slice it sits on."""
-    if slot is None:
-        return spec.vgpu_type
-    mig_profile, start, vgpu = slot.detail
-    return '%s@MIG %s slice %d' % (vgpu, mig_profile, start)
+def _device(dev):
+    """A device in words; a MIG-backed vGPU with the slice it sits on."""
+    if dev.vgpu_type is None:
+        return 'whole GPU'
+    if dev.mig is None:
+        return dev.vgpu_type
+    return '%s@MIG %s slice %d' % (dev.vgpu_type, dev.mig[0], dev.mig[1])
 
 
-def _address(provider):
-    """PCI address from a GPU provider name (<host>_pci_0000_41_00_0)."""
-    return '{}:{}:{}.{}'.format(*provider.rsplit('_pci_', 1)[1].split('_'))
-
-
-def _domain_xml(cloud, server):
-    """The domain XML Nova's libvirt driver defined for ``server``."""
-    conn = cloud.computes[server.host].driver._host.get_connection()
-    return conn.lookupByUUIDString(server.uuid).XMLDesc(0)
-
-
-def _mdevs_of(cloud, server, domain_xml):
-    """One line per mdev the domain uses: its parent GPU and mdev type."""
-    from nova_gpu.agent import xmlbuild
-    from nova_gpu.testing import cloud as cloud_mod
-    conn = cloud.computes[server.host].driver._host.get_connection()
-    uuids, _addresses = xmlbuild.hostdev_refs(domain_xml)
-    lines = []
-    for uuid in sorted(uuids):
-        dev = conn.nodeDeviceLookupByName('mdev_' + uuid.replace('-', '_'))
-        info = xmlbuild.nodedev_info(dev.XMLDesc(0))
-        lines.append('mdev %s on GPU %s, mdev type %s (%s)' % (
-            uuid, info['parent'], info['mdev_type'],
-            cloud_mod.profile_of_type(info['mdev_type'])))
-    return tuple(lines)
+def _hostdevs(cloud, servers):
+    """Domain XML and devices of the first server of each path."""
+    shown, seen = [], set()
+    for server in servers:
+        if server.result != 'ACTIVE' or server.path in seen:
+            continue
+        seen.add(server.path)
+        xml = cloud.domain_xml({'id': server.uuid})
+        lines = []
+        for dev in cloud.guest_devices({'id': server.uuid}):
+            what = ('mdev %s on %s %s' % (dev.mdev, 'VF' if dev.function
+                                          != dev.gpu_address else 'PF',
+                                          dev.function)
+                    if dev.mdev else 'PCI function %s' % dev.function)
+            lines.append('%s: %s of GPU %d (%s), %s' % (
+                dev.path, what, dev.gpu, dev.gpu_address, _device(dev)))
+        shown.append((server.name, server.path, xml, tuple(lines)))
+    return tuple(shown)
 
 
 def _demand():
@@ -316,7 +331,8 @@ def _host_use(cloud):
         host = report_mod.host_from_dict(cloud.gpu_report(spec.name),
                                          catalog)
         used = sum(g.used_milli for g in host.gpus) / host_mod.MILLI
-        per_gpu = ' '.join(str(sum(g.vgpus.values()) + len(g.mig_instances))
+        per_gpu = ' '.join(str(sum(g.vgpus.values()) + len(g.mig_instances)
+                               + (0 if g.is_free or spec.vgpu_type else 1))
                            for g in host.gpus)
         slices = ''
         if spec.mig:
@@ -325,14 +341,15 @@ def _host_use(cloud):
                 ','.join(str(s) for s in sorted(g.mig_instances)) or '-'
                 for g in host.gpus)
         result.append(HostUse(
-            spec.name, '%s %s' % (spec.model, spec.vgpu_type),
+            spec.name, '%s %s' % (spec.model, spec.vgpu_type or 'whole'),
             len(host.gpus), round(used, 2), round(len(host.gpus) - used, 2),
             sum(1 for g in host.gpus if g.is_free),
             round(fragmentation.host_fragmentation(host, demand)
                   / host_mod.MILLI, 2),
             '%s (of %d each%s)' % (
                 per_gpu, host.gpus[0].model.vgpu_profile(
-                    spec.vgpu_type).max_instances, slices)))
+                    spec.vgpu_type).max_instances if spec.vgpu_type else 1,
+                slices)))
     return result
 
 
@@ -340,7 +357,7 @@ def _host_use(cloud):
 
 def _vgpu_type(spec, catalog):
     if not spec.mig:
-        return spec.vgpu_type
+        return spec.vgpu_type or 'whole GPUs'
     return '%s on MIG %s' % (spec.vgpu_type, catalog.model(
         spec.model).vgpu_profile(spec.vgpu_type).mig_profile)
 
@@ -348,22 +365,33 @@ def _vgpu_type(spec, catalog):
 def describe_cloud():
     from nova_gpu.core import catalog as catalog_mod
     catalog = catalog_mod.load_catalog()
-    rows = [(h.name, h.model, h.gpus, _vgpu_type(h, catalog),
+    rows = [(h.name, h.model, h.gpus, _PATH_WORDS[h.path],
+             _vgpu_type(h, catalog),
              'all-to-all' if len(h.nvlink) == h.gpus * (h.gpus - 1) // 2
              else ' '.join('%d-%d' % p for p in h.nvlink) or None)
             for h in scenario.HOSTS]
-    return render.table(('host', 'GPU model', 'GPUs', 'vGPU type',
-                         'NVLink'), rows, 'Simulated GPU hypervisors')
+    return render.table(('host', 'GPU model', 'GPUs', 'how Nova sees it',
+                         'vGPU type', 'NVLink'), rows,
+                        'Simulated GPU hypervisors')
+
+
+# How each host path shows in Nova 34 (doc/source/generations.rst).
+_PATH_WORDS = {
+    'pf_mdev': 'mdev on the PF',
+    'vf_mdev': 'SR-IOV, mdev on VFs',
+    'vfio': 'vendor-VFIO VFs, PCI pool',
+    'passthrough': 'whole GPUs, PCI',
+}
 
 
 def print_outcome(outcome, out):
     out(render.placements(outcome.servers, 'Placements with %s (%.0f s)'
                           % (outcome.policy, outcome.seconds)))
     out('')
-    if outcome.hostdev_xml:
-        out('libvirt <hostdev> Nova wrote for %s' % outcome.hostdev_server)
-        out(render.hostdevs(outcome.hostdev_xml))
-        for line in outcome.hostdev_devices:
+    for name, path, xml, lines in outcome.hostdevs:
+        out('libvirt <hostdev> Nova wrote for %s (%s)' % (name, path))
+        out(render.hostdevs(xml))
+        for line in lines:
             out(line)
         out('')
     out(render.allocation(outcome.hosts, 'GPU allocation with %s'
@@ -380,6 +408,17 @@ def main(argv=None):
                              'then the comparison')
     parser.add_argument('--no-compare', action='store_true',
                         help='run one policy only')
+    parser.add_argument('--agents', action='store_true',
+                        help='run a real nova-gpu-agent per GPU host (on a '
+                             'fake sysfs tree of its devices) reporting to '
+                             'the scheduler over RabbitMQ (127.0.0.1:5672, '
+                             'else a private broker); MIG hosts are still '
+                             'reported by the harness')
+    parser.add_argument('--plot', metavar='DIR', nargs='?', const='.',
+                        help='also draw each cloud\'s GPUs (who uses which '
+                             'VF, vGPU or MIG slice) in DIR (default: the '
+                             'current directory) as '
+                             'nova-gpu-demo-<policy>.png; needs matplotlib')
     args = parser.parse_args(argv)
     # Eventlet and Nova announce their deprecations on import; they are
     # not the demo's business.
@@ -415,10 +454,13 @@ def _main(args):
         out('Booting %d servers with %s ...'
             % (len(scenario.requests()), 'stock Nova' if stock
                else 'nova-gpu'))
-        outcomes[stock] = run(stock, progress)
+        outcomes[stock] = run(stock, progress, agents=args.agents)
         if stock == order[0]:
             out('')
             print_outcome(outcomes[stock], out)
+        if args.plot is not None:
+            out(plot.report(outcomes[stock], args.plot, scenario.HOSTS))
+            out('')
     if len(outcomes) == 2:
         ours, stock = outcomes[False], outcomes[True]
         out(render.comparison(ours.metrics(), stock.metrics(),

@@ -47,15 +47,18 @@ def _is_number(value):
 
 
 PLACEMENT_HEADERS = ('#', 'server', 'flavor', 'asks', 'result', 'host',
-                     'GPU (PCI)', 'device', 'NUMA')
+                     'path', 'GPU (PCI)', 'VF / function', 'device', 'NUMA')
 
 
 def placements(results, title):
     """One row per server, in boot order."""
     rows = []
     for i, r in enumerate(results, 1):
+        functions = [f for f, g in zip(r.functions, r.gpus) if f != g]
         rows.append((i, r.name, r.flavor, r.asks, r.result, r.host,
-                     ' '.join(r.gpus) or None, ' '.join(r.devices) or None,
+                     r.path, ' '.join(r.gpus) or None,
+                     ' '.join(functions) or None,
+                     ' '.join(r.devices) or None,
                      ','.join(str(n) for n in r.numa) or None))
     return table(PLACEMENT_HEADERS, rows, title)
 

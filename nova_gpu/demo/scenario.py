@@ -1,13 +1,19 @@
 """The demo's cloud and the request sequence booted on it (data only).
 
+The hosts show every way Nova 34 exposes an NVIDIA GPU (doc/source/
+generations.rst): H100 with NVIDIA's vendor-specific VFIO (VFs pooled per
+GPU by PCI in Placement), A100 in MIG mode and L40S with SR-IOV + mdev (a
+VGPU provider per VF), T4 with mdev types on the PF, and H200 GPUs passed
+through whole.
+
 The sequence is chosen to show what choosing the host and the GPUs by
 expected fragmentation and topology buys over Nova's default (spread hosts
-by free RAM, claim the first allocation candidate Placement lists): single
-vGPUs come first, then servers that need one vGPU on each of four GPUs on
-one NUMA node. nova-gpu packs the single vGPUs on one H100 host and gives
-every four-GPU server one NUMA node; stock Nova spreads the single vGPUs,
-ignores gpu:topology and, depending on the order Placement lists the GPUs
-in, strands vGPU slots on too few GPUs for the last four-GPU servers.
+by free RAM, claim the first allocation candidate Placement lists): servers
+that need one vGPU on each of four GPUs on one NUMA node come first, then
+single vGPUs. nova-gpu gives every four-GPU server one NUMA node, packing
+two on each node's four GPUs, and the single vGPUs fill what is left;
+stock Nova ignores gpu:topology and spreads, so its four-GPU servers span
+NUMA nodes.
 """
 
 import collections
@@ -23,19 +29,27 @@ def _all_pairs(gpus):
 
 
 HOSTS = (
-    # HGX H100: 8 GPUs behind NVSwitch, 4 per NUMA node. H100-40C: two
-    # vGPUs per GPU.
+    # HGX H100: 8 GPUs behind NVSwitch, 4 per NUMA node, NVIDIA vGPU 17+
+    # (vendor-specific VFIO): two VFs per GPU preset to H100-40C, pooled
+    # per GPU by PCI in Placement.
     cloud_mod.GpuHost('h100-1', 'H100-80GB', 'H100-40C', gpus=8,
-                      nvlink=_all_pairs(8)),
+                      nvlink=_all_pairs(8), path=cloud_mod.VFIO),
     cloud_mod.GpuHost('h100-2', 'H100-80GB', 'H100-40C', gpus=8,
-                      nvlink=_all_pairs(8)),
-    # A100 SXM4 in pairs of NVLinked GPUs, in MIG mode: the MIG-backed
-    # vGPU type A100-2-10C sits on a MIG 2g.10gb instance, which may only
-    # start at slice 0, 2 or 4 (3 per GPU).
+                      nvlink=_all_pairs(8), path=cloud_mod.VFIO),
+    # A100 SXM4 in pairs of NVLinked GPUs, in MIG mode, vGPU 16 (SR-IOV +
+    # mdev): the MIG-backed vGPU type A100-2-10C on three VFs per GPU,
+    # each on a MIG 2g.10gb GPU instance, which may only start at slice 0,
+    # 2 or 4.
     cloud_mod.GpuHost('a100-1', 'A100-40GB', 'A100-2-10C', gpus=4,
                       nvlink=((0, 1), (2, 3)), mig=True),
-    # PCIe L40S for inference and graphics: L40S-8C (6 per GPU).
-    cloud_mod.GpuHost('l40s-1', 'L40S', 'L40S-8C', gpus=4),
+    # PCIe L40S for inference and graphics, SR-IOV + mdev: L40S-8C on six
+    # VFs per GPU.
+    cloud_mod.GpuHost('l40s-1', 'L40S', 'L40S-8C', gpus=2),
+    # Turing: mdev types on the PF. T4-8C: two per GPU.
+    cloud_mod.GpuHost('t4-1', 'T4', 'T4-8C', gpus=2),
+    # Two NVLinked H200 GPUs passed through whole.
+    cloud_mod.GpuHost('h200-1', 'H200-141GB', gpus=2, nvlink=((0, 1),),
+                      path=cloud_mod.PASSTHROUGH),
 )
 
 
@@ -55,9 +69,10 @@ class Flavor:
 # (resources:VGPU=..., group_policy) are derived from the gpu: keys.
 AGGREGATE_KEY = 'gpu_model'
 FLAVORS = (
-    Flavor('h100.40c', {'gpu:profile': 'H100-40C'}, asks='1x H100-40C'),
+    Flavor('h100.40c', {'gpu:profile': 'H100-40C', 'gpu:backend': 'vfio'},
+           asks='1x H100-40C'),
     Flavor('h100.40c.x4', {'gpu:profile': 'H100-40C', 'gpu:count': '4',
-                           'gpu:topology': 'numa'},
+                           'gpu:topology': 'numa', 'gpu:backend': 'vfio'},
            vcpus=2, asks='4x H100-40C, one NUMA node'),
     Flavor('a100.mig', {'gpu:profile': 'A100-2-10C'},
            asks='1x A100-2-10C (MIG)'),
@@ -65,20 +80,28 @@ FLAVORS = (
                            'gpu:topology': 'nvlink'},
            asks='2x A100-2-10C, NVLinked'),
     Flavor('l40s.8c', {'gpu:profile': 'L40S-8C'}, asks='1x L40S-8C'),
+    Flavor('t4.8c', {'gpu:profile': 'T4-8C'}, asks='1x T4-8C'),
+    Flavor('h200.x2', {'gpu:kind': 'whole', 'gpu:model': 'H200-141GB',
+                       'gpu:count': '2', 'gpu:topology': 'nvlink'},
+           vcpus=2, asks='2 whole H200, NVLinked'),
 )
 
 # (flavor, how many), booted one server at a time in this order.
 SEQUENCE = (
-    ('h100.40c', 6),
+    ('h100.40c.x4', 6),
     ('l40s.8c', 2),
     ('a100.mig', 3),
-    ('h100.40c.x4', 6),
+    ('h100.40c', 6),
     ('a100.mig.x2', 2),
+    ('t4.8c', 2),
+    ('h200.x2', 1),
 )
 
 
 def model_of(flavor):
-    """The GPU model a flavor's profile belongs to (for the aggregates)."""
+    """The GPU model a flavor asks (for the aggregates)."""
+    if 'gpu:model' in flavor.extra_specs:
+        return flavor.extra_specs['gpu:model']
     profile = flavor.extra_specs['gpu:profile']
     for host in HOSTS:
         if host.vgpu_type == profile:

@@ -36,6 +36,10 @@ _DESCRIPTIONS = {
     'compute': 'With gpu:memory, the minimum share of one GPU\'s compute, '
                'e.g. 0.25 or 25%.',
     'kind': 'What serves gpu:memory: vgpu (default), mig or whole.',
+    'backend': 'How vGPUs reach the guest where a cloud mixes paths: mdev '
+               '(mediated devices, resources:VGPU) or vfio (NVIDIA '
+               'vendor-specific VFIO VFs, pci_passthrough:alias); default '
+               '[gpu_scheduler] vgpu_backend. Not with gpu:kind=whole.',
 }
 
 

@@ -20,12 +20,25 @@ Grammar (values are case-sensitive except units)::
                                    MAX_COUNT)
     gpu:model=<model>[,<model>..]  allowed GPU models (catalog names/aliases)
     gpu:topology=any|numa|nvlink   all devices on one NUMA node / NVLinked
+    gpu:backend=mdev|vfio          how vGPUs are served where a cloud mixes
+                                   paths (default [gpu_scheduler]
+                                   vgpu_backend): mediated devices, or
+                                   NVIDIA vendor-specific VFIO VFs
 
 GB and MB are binary here (1GB = 1024MB), as in NVIDIA's profile names
-(3g.20gb has 20480 MiB). The Placement side stays Nova's own:
-``placement_extra_specs`` gives the ``resources*`` keys a flavor needs
-(``resources:VGPU=1``, or ``resourcesN:VGPU=1`` groups with
-``group_policy=isolate`` for several devices; ``PGPU`` for whole GPUs).
+(3g.20gb has 20480 MiB). The Placement side stays Nova's own, one form
+per path (``placement_extra_specs`` gives the keys; see ``PATHS``):
+
+* mdev vGPUs (PF or SR-IOV VF parents): ``resources:VGPU=1``, or
+  ``resourcesN:VGPU=1`` groups with ``group_policy=isolate`` for several;
+* vendor-VFIO vGPUs (PCI in Placement): ``pci_passthrough:alias=
+  nvidia-vgpu:N``, plus ``group_policy=isolate`` for several (Nova makes
+  one request group per device; isolate keeps them on distinct GPUs' pools);
+* whole GPUs (passthrough, PCI in Placement): ``pci_passthrough:alias=
+  nvidia-gpu:N`` (each GPU is a provider of one: N groups, N GPUs).
+
+The alias names and resource classes are ``[gpu_scheduler]`` options
+(defaults in ``core.report``).
 
 Numbers are ASCII digits only and values printable ASCII. A key that looks
 meant for this namespace but is not exactly one of ``KEYS`` (``GPU:count``,
@@ -45,12 +58,43 @@ from nova_gpu import conf  # noqa: F401  (registers [gpu], [gpu_scheduler])
 from nova_gpu.core import catalog as catalog_mod
 from nova_gpu.core import exceptions
 from nova_gpu.core import host as host_mod
+from nova_gpu.core import report as report_mod
 from nova_gpu.core import request as request_mod
 
 CONF = cfg.CONF
 
 PREFIX = 'gpu:'
 KINDS = ('vgpu', 'mig', 'whole')
+BACKENDS = ('mdev', 'vfio')
+ALIAS_KEY = 'pci_passthrough:alias'
+
+# How a device reaches the guest, as the harness, the demo and the docs
+# name the paths (the report's provider kinds say how Placement shows them).
+PATH_MDEV = 'mdev'          # VGPU on a PF or VF mdev parent
+PATH_VFIO = 'vfio'          # vendor-VFIO VF from a per-GPU PCI pool
+PATH_PASSTHROUGH = 'passthrough'  # the whole GPU, PCI in Placement
+PATHS = (PATH_MDEV, PATH_VFIO, PATH_PASSTHROUGH)
+
+
+@dataclasses.dataclass(frozen=True)
+class PathNames:
+    """Resource classes and aliases of the paths (``[gpu_scheduler]``)."""
+
+    vgpu_rc: str = report_mod.VGPU_RC
+    whole_rc: str = report_mod.WHOLE_GPU_RC
+    vfio_rc: str = report_mod.VFIO_VGPU_RC
+    whole_alias: str = report_mod.WHOLE_GPU_ALIAS
+    vfio_alias: str = report_mod.VFIO_VGPU_ALIAS
+    backend: str = 'mdev'  # vGPU path of flavors without gpu:backend
+
+    @classmethod
+    def from_conf(cls, vgpu_rc=None, whole_rc=None):
+        opts = CONF.gpu_scheduler
+        return cls(vgpu_rc or opts.vgpu_resource_class,
+                   whole_rc or opts.whole_gpu_resource_class,
+                   opts.vfio_vgpu_resource_class, opts.whole_gpu_alias,
+                   opts.vfio_vgpu_alias, opts.vgpu_backend)
+
 
 MAX_COUNT = 8
 """The most devices ``gpu:count`` can ever ask (``max_gpu_count`` caps).
@@ -131,6 +175,7 @@ class GpuSpec:
     resource_class: str
     problem: str = None
     sizes: tuple = ()  # device memory (MiB) of each need-based alternative
+    path: str = PATH_MDEV  # one of PATHS
 
     @functools.cached_property
     def per_model(self):
@@ -301,10 +346,19 @@ def _kind(catalog, key, value):
     return value
 
 
+def _backend(catalog, key, value):
+    if value not in BACKENDS:
+        raise ExtraSpecError(key, value, 'unknown vGPU backend: mdev '
+                             '(mediated devices, resources:VGPU) or vfio '
+                             '(NVIDIA vendor-specific VFIO VFs, PCI in '
+                             'Placement)', BACKENDS)
+    return value
+
+
 _PARSERS = {
     'profile': _profile, 'mig': _mig, 'count': _count, 'model': _models,
     'topology': _topology, 'memory': _memory, 'compute': _compute,
-    'kind': _kind,
+    'kind': _kind, 'backend': _backend,
 }
 KEYS = tuple(PREFIX + k for k in sorted(_PARSERS))
 
@@ -327,18 +381,47 @@ def placement_units(extra_specs, resource_class):
     return total, groups
 
 
-def placement_extra_specs(spec, vgpu_rc='VGPU', whole_rc='PGPU'):
-    """The ``resources*`` extra specs Nova needs for ``spec``.
-
-    Several devices are one isolated request group each, whole GPUs too:
-    every GPU is its own provider with one whole GPU (or the vGPUs of one
-    GPU), and Placement never splits one group's amount of a resource
-    class across providers, so ``resources:PGPU=2`` would need one
-    provider with two GPUs.
+def alias_counts(extra_specs):
+    """``{alias name: devices}`` of a flavor's ``pci_passthrough:alias``
+    (``name:count[,name:count...]``; a bad entry counts nothing here:
+    Nova's own validator refuses it).
     """
-    kind = spec.alternatives[0].kind
+    result = {}
+    for part in str(extra_specs.get(ALIAS_KEY) or '').split(','):
+        name, _sep, count = part.strip().partition(':')
+        count = count.strip() or '1'
+        if name and _COUNT.fullmatch(count):
+            result[name.strip()] = result.get(name.strip(), 0) + int(count)
+    return result
+
+
+def placement_extra_specs(spec, vgpu_rc=None, whole_rc=None, names=None):
+    """The Placement / PCI extra specs Nova needs for ``spec``.
+
+    mdev vGPUs: several devices are one isolated request group each
+    (``resourcesN:VGPU=1``, ``group_policy=isolate``): each mdev parent is
+    its own provider, and Placement never splits one group's amount of a
+    resource class across providers.
+
+    vendor-VFIO vGPUs and whole GPUs are PCI devices tracked by PCI in
+    Placement: ``pci_passthrough:alias=<alias>:N``. Nova turns an alias
+    count of N into N request groups of one device each
+    (``RequestSpec._generate_request_groups_from_pci_requests``); a whole
+    GPU is a provider of one, so N groups land on N GPUs; the VFs of one
+    GPU are pooled in one provider, so vGPUs need ``group_policy=isolate``
+    to land on N distinct GPUs.
+    """
+    names = names or PathNames.from_conf(vgpu_rc, whole_rc)
     count = spec.alternatives[0].count
-    rc = whole_rc if kind == host_mod.WHOLE else vgpu_rc
+    path = spec.path
+    if path in (PATH_VFIO, PATH_PASSTHROUGH):
+        alias = (names.whole_alias if path == PATH_PASSTHROUGH
+                 else names.vfio_alias)
+        result = {ALIAS_KEY: '%s:%d' % (alias, count)}
+        if path == PATH_VFIO and count > 1:
+            result['group_policy'] = 'isolate'
+        return result
+    rc = names.vgpu_rc
     if count == 1:
         return {'resources:%s' % rc: '1'}
     result = {'resources%d:%s' % (i, rc): '1' for i in range(1, count + 1)}
@@ -346,14 +429,57 @@ def placement_extra_specs(spec, vgpu_rc='VGPU', whole_rc='PGPU'):
     return result
 
 
+def _path_of(values, extra_specs, names):
+    """(path, resource class, units, groups) the flavor asks."""
+    aliases = alias_counts(extra_specs)
+    vgpu_units, vgpu_groups = placement_units(extra_specs, names.vgpu_rc)
+    vfio_units = aliases.get(names.vfio_alias, 0)
+    whole_units = aliases.get(names.whole_alias, 0)
+    whole_res, whole_groups = placement_units(extra_specs, names.whole_rc)
+    backend = values.get('backend')
+    if values.get('kind') == 'whole' or (
+            not values and (whole_units or whole_res)):
+        if backend:
+            raise ExtraSpecError(
+                PREFIX + 'backend', backend, 'applies to vGPUs only: a '
+                'whole GPU is passed through as a PCI device '
+                '(%s=%s:N)' % (ALIAS_KEY, names.whole_alias))
+        return (PATH_PASSTHROUGH, names.whole_rc, whole_units + whole_res,
+                whole_units + whole_groups)
+    if vgpu_units and vfio_units:
+        raise ExtraSpecError(
+            ALIAS_KEY, extra_specs.get(ALIAS_KEY), 'the flavor asks vGPUs '
+            'both as mdevs (resources:%s) and as vendor-VFIO VFs (alias '
+            '%s); one device is served by one path: keep one, or set '
+            'gpu:backend' % (names.vgpu_rc, names.vfio_alias))
+    if backend is None:
+        backend = ('vfio' if vfio_units else 'mdev' if vgpu_units
+                   else names.backend)
+    if backend == 'vfio':
+        if vgpu_units:
+            raise ExtraSpecError(
+                PREFIX + 'backend', backend, 'asks vendor-VFIO VFs but the '
+                'flavor asks mdev vGPUs (resources:%s)' % names.vgpu_rc)
+        return PATH_VFIO, names.vfio_rc, vfio_units, vfio_units
+    if vfio_units:
+        raise ExtraSpecError(
+            PREFIX + 'backend', backend, 'asks mdev vGPUs but the flavor '
+            'asks vendor-VFIO VFs (%s=%s:N)'
+            % (ALIAS_KEY, names.vfio_alias))
+    return PATH_MDEV, names.vgpu_rc, vgpu_units, vgpu_groups
+
+
 def parse(extra_specs, catalog=None, vcpus=0, memory_mb=0,
-          vgpu_rc='VGPU', whole_rc='PGPU'):
+          vgpu_rc=None, whole_rc=None, names=None):
     """GpuSpec of a flavor, or None when it asks for no GPU at all.
 
     Raises ExtraSpecError when a ``gpu:`` key is wrong or the keys
-    contradict each other.
+    contradict each other (or ask a combination no path can serve).
+    ``names``: the paths' resource classes and aliases (default: the
+    ``[gpu_scheduler]`` options).
     """
     catalog = catalog or default_catalog()
+    names = names or PathNames.from_conf(vgpu_rc, whole_rc)
     values = {}
     for key, value in extra_specs.items():
         # A near miss (GPU:profile) is refused, not ignored: the flavor
@@ -361,8 +487,7 @@ def parse(extra_specs, catalog=None, vcpus=0, memory_mb=0,
         if key.startswith(PREFIX) or _NEAR_KEY.fullmatch(key):
             values[key[len(PREFIX):]] = validate_value(key, value, catalog)
     kind = values.get('kind')
-    rc = whole_rc if kind == 'whole' else vgpu_rc
-    units, groups = placement_units(extra_specs, rc)
+    path, rc, units, groups = _path_of(values, extra_specs, names)
     if not values and not units:
         return None
     affinity, cpu_milli, memory_mib = _numa(extra_specs, values, vcpus,
@@ -373,14 +498,21 @@ def parse(extra_specs, catalog=None, vcpus=0, memory_mb=0,
                   memory_mib=memory_mib)
     models = values.get('model')
     if not values:
-        # A stock vGPU flavor: whatever type each GPU is set up for.
+        # A stock flavor: whatever type each GPU is set up for.
         if groups == 1 and units > 1:
             # Several vGPUs in one group may share a physical GPU, which a
             # GpuRequest (one device per GPU) cannot say: left to Nova.
             return None
+        if path == PATH_VFIO and extra_specs.get('group_policy') != \
+                'isolate' and units > 1:
+            # Several VFs may come from one GPU's pool: left to Nova.
+            return None
         common['count'] = groups if groups > 1 else units
-        alts = (request_mod.GpuRequest(host_mod.VGPU, **common),)
-        return GpuSpec(alts, False, False, units, groups, rc, sizes=(0,))
+        alts = (request_mod.GpuRequest(
+            host_mod.WHOLE if path == PATH_PASSTHROUGH else host_mod.VGPU,
+            **common),)
+        return GpuSpec(alts, False, False, units, groups, rc, sizes=(0,),
+                       path=path)
     _exclusive(values)
     if 'profile' in values:
         alts = (_profile_request(values, models, common),)
@@ -404,10 +536,10 @@ def parse(extra_specs, catalog=None, vcpus=0, memory_mb=0,
                    '%d %s from Placement; set %s'
                    % (common['count'], units, rc, ', '.join(
                        '%s=%s' % kv for kv in sorted(placement_extra_specs(
-                           GpuSpec(alts, True, False, 0, 0, rc), vgpu_rc,
-                           whole_rc).items()))))
+                           GpuSpec(alts, True, False, 0, 0, rc, path=path),
+                           names=names).items()))))
     return GpuSpec(alts, True, 'memory' in values, units, groups, rc,
-                   problem, sizes)
+                   problem, sizes, path)
 
 
 def _exclusive(values):
@@ -525,20 +657,17 @@ def from_request_spec(spec_obj, catalog=None):
 
 
 @functools.lru_cache(maxsize=1024)
-def _parse_cached(items, vcpus, memory_mb, catalog, vgpu_rc, whole_rc):
+def _parse_cached(items, vcpus, memory_mb, catalog, names):
     try:
-        return parse(dict(items), catalog, vcpus, memory_mb, vgpu_rc,
-                     whole_rc)
+        return parse(dict(items), catalog, vcpus, memory_mb, names=names)
     except exceptions.GpuError as e:
         # Flavors created before the validator was enabled can still
         # carry bad values; the filter reports them per request.
-        return GpuSpec((), True, False, 0, 0, vgpu_rc, str(e))
+        return GpuSpec((), True, False, 0, 0, names.vgpu_rc, str(e))
 
 
 def parse_cached(items, vcpus, memory_mb, catalog=None):
     """``parse`` memoised on the flavor's content (flavors are few)."""
-    opts = CONF.gpu_scheduler
     return _parse_cached(items, vcpus, memory_mb,
                          catalog or default_catalog(),
-                         opts.vgpu_resource_class,
-                         opts.whole_gpu_resource_class)
+                         PathNames.from_conf())

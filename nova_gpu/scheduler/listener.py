@@ -1,9 +1,11 @@
 """Receives the agents' GPU reports in nova-scheduler (oslo.messaging).
 
 nova-gpu-agent publishes each report as an ``info`` notification with
-event type ``core.report.EVENT_TYPE`` on ``[gpu_scheduler] report_topic``
-over Nova's notification transport. Every scheduler process listens in its
-own pool, so each one keeps a full view. The endpoint is the only way
+event type ``core.report.EVENT_TYPE`` (publisher ``core.report.PUBLISHER``)
+on ``[gpu_scheduler] report_topic`` over Nova's notification transport;
+the contract lives once, in ``core.report``. Every scheduler service
+listens in its own pool and feeds its own view (``view.of_service``), so
+each one keeps a full view. The endpoint is the only way
 reports enter the view, in production and in the functional tests alike,
 and it never raises: a bad report is logged at WARNING and dropped.
 
@@ -20,9 +22,10 @@ to the manager, and the manager class of nova-scheduler is fixed
 (``nova.service.SERVICE_MANAGERS``). So ``bind_to_scheduler_service``
 adds one small hook: it wraps those two ``SchedulerManager`` methods, once
 per process, to call the originals and then start, or first stop, the
-listener of *that* manager. It acts only for a manager whose enabled
-filters or weighers include nova-gpu's, and only with ``[gpu_scheduler]
-report_listener = true``; every other scheduler is untouched.
+listener of *that* manager, which feeds *that* manager's view. It acts
+only for a manager whose enabled filters or weighers include nova-gpu's,
+and starts a listener only with ``[gpu_scheduler] report_listener =
+true``; every other scheduler is untouched.
 """
 
 import functools
@@ -40,10 +43,6 @@ from nova_gpu.core import report as report_mod
 CONF = cfg.CONF
 LOG = logging.getLogger(__name__)
 
-# The contract lives in nova_gpu.core.report; kept here for callers.
-EVENT_TYPE = report_mod.EVENT_TYPE
-PUBLISHER = report_mod.PUBLISHER
-
 # Attribute of a SchedulerManager holding its ReportListener.
 _ATTR = '_nova_gpu_report_listener'
 _POOLS = itertools.count()
@@ -53,7 +52,7 @@ class ReportEndpoint:
     """oslo.messaging notification endpoint feeding a GpuView."""
 
     filter_rule = messaging.NotificationFilter(
-        event_type='^%s$' % EVENT_TYPE.replace('.', r'\.'))
+        event_type='^%s$' % report_mod.EVENT_TYPE.replace('.', r'\.'))
 
     def __init__(self, view):
         self.view = view
@@ -72,6 +71,20 @@ class ReportEndpoint:
             LOG.debug('GPU report %s of %s ingested (%d GPUs)',
                       entry.generation, entry.nodename,
                       len(entry.host.gpus))
+        return messaging.NotificationResult.HANDLED
+
+
+class _Discard:
+    """Consumes the topic's shared queue so that it cannot grow.
+
+    oslo.messaging's RabbitMQ driver declares the non-pooled queue
+    ``<topic>.info`` on every send, and every report lands there as well
+    as in each pool's queue; with no consumer it grows for as long as
+    agents publish. Every scheduler listener also drains it: whichever
+    gets a message drops it (the pools carry the copies that count).
+    """
+
+    def info(self, ctxt, publisher_id, event_type, payload, metadata):
         return messaging.NotificationResult.HANDLED
 
 
@@ -95,6 +108,7 @@ class ReportListener:
         self._transport = transport
         self._owns_transport = transport is None
         self._server = None
+        self._drain = None
         self._lock = threading.Lock()
 
     @property
@@ -117,6 +131,10 @@ class ReportListener:
                     socket.gethostname(), os.getpid(), next(_POOLS)))
             server.start()
             self._server = server
+            self._drain = messaging.get_notification_listener(
+                self._transport, [target], [_Discard()],
+                executor='threading')
+            self._drain.start()
         LOG.info('Listening for GPU reports on topic %s',
                  CONF.gpu_scheduler.report_topic)
         return self
@@ -125,11 +143,14 @@ class ReportListener:
         """Stop consuming and wait for the poller and workers to end."""
         with self._lock:
             server, self._server = self._server, None
+            drain, self._drain = self._drain, None
             if server is None:
                 return
             try:
-                server.stop()
-                server.wait()
+                for each in (server, drain):
+                    if each is not None:
+                        each.stop()
+                        each.wait()
             finally:
                 if self._owns_transport and self._transport is not None:
                     self._transport.cleanup()
@@ -150,9 +171,10 @@ def publish(report, transport=None):
     """Publish ``report`` the way the agent does (tools and tests)."""
     transport = transport or messaging.get_notification_transport(CONF)
     notifier = messaging.Notifier(
-        transport, publisher_id='%s.%s' % (PUBLISHER, report.get('host')),
+        transport, publisher_id='%s.%s' % (report_mod.PUBLISHER,
+                                           report.get('host')),
         driver='messagingv2', topics=[CONF.gpu_scheduler.report_topic])
-    notifier.info({}, EVENT_TYPE, report)
+    notifier.info({}, report_mod.EVENT_TYPE, report)
 
 
 # -- the nova-scheduler service lifecycle ----------------------------------
@@ -166,24 +188,39 @@ def listener_of(manager):
     return getattr(manager, _ATTR, None)
 
 
-def _uses_plugin(manager):
+def _plugins(manager):
+    """(nova-gpu filters that read the view, whether any nova-gpu filter
+    or weigher is enabled) of a SchedulerManager.
+    """
     from nova_gpu.scheduler import filters
     from nova_gpu.scheduler import weighers
     hm = getattr(manager, 'host_manager', None)
-    objs = list(getattr(hm, 'enabled_filters', ()) or ())
-    objs += list(getattr(hm, 'weighers', ()) or ())
-    return any(isinstance(o, (filters.GpuFilter, weighers._GpuWeigher))
-               for o in objs)
+    enabled = list(getattr(hm, 'enabled_filters', ()) or ())
+    # GpuFilter and any other nova-gpu filter reading the view (its
+    # ``_view``, e.g. GpuDriverFilter).
+    gpu_filters = [f for f in enabled if isinstance(f, filters.GpuFilter)
+                   or (type(f).__module__.startswith('nova_gpu.scheduler.')
+                       and hasattr(f, '_view'))]
+    used = bool(gpu_filters) or any(
+        isinstance(w, weighers._GpuWeigher)
+        for w in getattr(hm, 'weighers', ()) or ())
+    return gpu_filters, used
 
 
 def service_started(manager):
-    """Start ``manager``'s listener (its service is starting)."""
-    if not CONF.gpu_scheduler.report_listener or not _uses_plugin(manager):
+    """Give ``manager``'s filters its view and start its listener (its
+    service is starting).
+    """
+    gpu_filters, used = _plugins(manager)
+    if not used:
         return None
     from nova_gpu.scheduler import view as view_mod
+    view = view_mod.of_service(manager, gpu_filters)
+    if not CONF.gpu_scheduler.report_listener:
+        return None
     found = listener_of(manager)
     if found is None:
-        found = ReportListener(view_mod.get_view())
+        found = ReportListener(view)
         setattr(manager, _ATTR, found)
     return found.start()
 

@@ -33,7 +33,7 @@ def exclusive_gpus(left_row, num):
 
 class Policy:
     name = None
-    demand = None  # a state.Demand when the policy scores fragmentation
+    demand = None  # a state.DemandArrays when the policy scores fragmentation
 
     def setup(self, cluster, typical_fgd, typical_mem):
         """Called once per run with the workload's typical tasks."""
@@ -131,8 +131,8 @@ class FgdPolicy(Policy):
     name = 'fgd'
 
     def setup(self, cluster, typical_fgd, typical_mem):
-        self.demand = state_mod.Demand(typical_fgd, cluster.model_names,
-                                       memory=False)
+        self.demand = state_mod.DemandArrays(
+            typical_fgd, cluster.model_names, memory=False)
         self.entry = cluster.track(self.demand)
 
     def choose(self, cluster, task, mask, rng):
@@ -190,8 +190,8 @@ class OursPolicy(Policy):
         self.weights = weights or scoring.DEFAULT_WEIGHTS
 
     def setup(self, cluster, typical_fgd, typical_mem):
-        self.demand = state_mod.Demand(typical_fgd, cluster.model_names,
-                                       memory=False)
+        self.demand = state_mod.DemandArrays(
+            typical_fgd, cluster.model_names, memory=False)
         self.entry = cluster.track(self.demand)
         self.strand = scoring.StrandModel.from_typical(
             [(t.cpu, t.memory, t.num_gpu * t.milli, t.weight)

@@ -18,8 +18,12 @@ from nova_gpu.core import host as host_mod
 MAX_GPUS = 8
 
 
-class Demand:
-    """Typical tasks as arrays; ``memory`` False ignores memory (FGD)."""
+class DemandArrays:
+    """The demand (``core.fragmentation.Demand``) as arrays.
+
+    Typical tasks for the vectorised fast path of the same measure;
+    ``memory`` False ignores memory (FGD).
+    """
 
     def __init__(self, typical, models, memory=True):
         self.items = list(typical)

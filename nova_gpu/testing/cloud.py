@@ -3,27 +3,34 @@
 Built on Nova's own functional harness (``nova.tests.functional``): the
 API, conductor, scheduler, Placement and nova-compute (libvirt driver) run
 in this process; only the hypervisor is fake (``nova.tests.fixtures.
-libvirt``), with mdev-capable PCI devices standing in for NVIDIA GPUs.
+libvirt``), with PCI devices standing in for NVIDIA GPUs: each carries its
+model's vendor and device id, and each host shows its GPUs the way Nova 34
+sees that generation (``GpuHost.path``, doc/source/generations.rst):
 
-Each fake GPU carries the PCI device id of its model and exposes the
-catalog's vGPU types as mdev types (``mdev_type_id``), so nova-compute
-reports one VGPU inventory per physical GPU under the provider name
-``<host>_pci_<address>`` exactly as on real hardware. No nova-gpu-agent
-runs here; ``sync_gpu_reports`` plays its part: it builds each host's GPU
-report from what the fake host exposes (PCI ids, NUMA nodes, the mdev type
-nova-compute enabled per GPU, the NVLink pairs a real agent would read from
-NVML, and the VGPU usage of each GPU provider in Placement) and hands it to
-the scheduler through the notification endpoint, the same code path as in
-production.
+* ``pf_mdev`` (T4, V100, P100): the PF lists the vGPU type as an mdev
+  type; one VGPU provider per GPU, ``<host>_pci_<PF address>``.
+* ``vf_mdev`` (A100, A30, A10, L40S, L4 with vGPU 16 and older): an SR-IOV
+  PF whose VFs (``dev_type='VF'``, from function 4 on) each list the type
+  as an mdev type; ``[mdev_<type>] device_addresses`` names the VFs, and
+  Nova makes one VGPU provider per VF, ``<host>_pci_<VF address>``, with
+  VGPU=1. In MIG mode (``mig=True``) the type is MIG-backed and the host
+  carves the GPU instance when Nova creates the mdev (``GpuState.carve``).
+* ``vfio`` (H100, H200, L40S with vGPU 17+): NVIDIA vendor-specific VFIO
+  VFs with the type preset, plain PCI devices to Nova: ``[pci]
+  device_spec`` gives them the generic class ``CUSTOM_NVIDIA_VGPU`` and
+  PCI in Placement pools them in one provider per GPU,
+  ``<host>_<PF ADDRESS>``; Nova's PCI tracker picks the VF.
+* ``passthrough``: the PF (no VFs, vfio-pci) in ``[pci] device_spec``
+  with class ``CUSTOM_NVIDIA_GPU``: one provider per GPU.
 
-A host built with ``mig=True`` runs its GPUs in MIG mode with a MIG-backed
-vGPU type (e.g. A100-2-10C on MIG 2g.10gb): to Nova this is still one mdev
-type per GPU with VGPU inventory = max instances; the report says
-``mig_enabled`` and lists each vGPU as the MIG slot behind it. The slot's
-start slice is the one the scheduler's view chose for that instance (its
-last decision on the host, or a claim it counted), kept for the instance's
-life; when the view chose none (stock Nova, a multi-create the view did not
-see) it is the first free start slice in order, as the driver would pick.
+No nova-gpu-agent runs here; ``sync_gpu_reports`` plays its part: it
+builds each host's GPU report from what the fake host shows (PCI ids, NUMA
+nodes, every provider of each GPU named by the core's contract, the mdevs
+and the GPU instances behind them, the VFs and PFs the domains use, the
+NVLink pairs a real agent would read from NVML) and hands it to the
+scheduler through the notification endpoint, the same code path as in
+production. MIG slices come from the host's own layout, never from the
+scheduler's decision.
 
 Use ``GpuCloudTestCase`` as a test base class, or ``start_cloud`` from a
 script (the all-in-one demo).
@@ -38,12 +45,15 @@ import sys
 import time
 
 import fixtures
+from lxml import etree
 from nova.tests import fixtures as nova_fixtures
 from nova.tests.fixtures import libvirt as fakelibvirt
 from nova.tests.functional.libvirt import test_vgpu
 from oslo_config import cfg
+from oslo_serialization import jsonutils
 
 from nova_gpu.core import catalog as catalog_mod
+from nova_gpu.core import engine as engine_mod
 from nova_gpu.core import fragmentation
 from nova_gpu.core import host as host_mod
 from nova_gpu.core import report as report_mod
@@ -64,7 +74,8 @@ PLUGIN_CONF = {
                             'ImagePropertiesFilter',
                             'ServerGroupAntiAffinityFilter',
                             'ServerGroupAffinityFilter',
-                            'NUMATopologyFilter', 'GpuFilter'],
+                            'NUMATopologyFilter', 'PciPassthroughFilter',
+                            'GpuFilter'],
         'weight_classes': [
             'nova.scheduler.weights.all_weighers',
             'nova_gpu.scheduler.weighers.GpuFragmentationWeigher',
@@ -86,31 +97,99 @@ STOCK_CONF = {
                             'ImagePropertiesFilter',
                             'ServerGroupAntiAffinityFilter',
                             'ServerGroupAffinityFilter',
-                            'NUMATopologyFilter'],
+                            'NUMATopologyFilter', 'PciPassthroughFilter'],
     },
 }
+
+
+# How a fake host's GPUs reach guests (see the module doc).
+PF_MDEV = 'pf_mdev'          # mdev types on the PF (Turing, Volta, Pascal)
+VF_MDEV = 'vf_mdev'          # SR-IOV + mdev on each VF (vGPU 16 and older)
+VFIO = 'vfio'                # NVIDIA vendor-specific VFIO VFs (vGPU 17+)
+PASSTHROUGH = 'passthrough'  # the whole GPU (PF) to one guest
+HOST_PATHS = (PF_MDEV, VF_MDEV, VFIO, PASSTHROUGH)
+# The first VF of an NVIDIA SR-IOV GPU is function 4 of the PF's slot
+# (e.g. 0000:41:00.4 on an A100).
+FIRST_VF_FUNCTION = 4
+NVIDIA_VENDOR = '10de'
 
 
 @dataclasses.dataclass(frozen=True)
 class GpuHost:
     """A fake compute host: ``gpus`` GPUs of ``model``.
 
-    Each GPU is enabled for the vGPU type ``vgpu_type``; ``numa`` gives each
-    GPU's NUMA node (2 nodes), ``nvlink`` the NVLink-connected pairs (as
-    NVML would). ``mig``: the GPUs run in MIG mode and ``vgpu_type`` is a
-    MIG-backed vGPU type.
+    ``path`` says how Nova 34 sees its GPUs (``HOST_PATHS``); by default
+    the way the model's generation is shown: ``pf_mdev`` for Turing, Volta
+    and Pascal, ``vf_mdev`` for Ampere and later (SR-IOV). ``vgpu_type``:
+    the type nova-compute enables per GPU (mdev paths) or the type preset
+    on the VFs (``vfio``); None for ``passthrough``. ``vfs``: VFs per GPU
+    (SR-IOV paths; default the type's maximum per GPU, which is how many
+    an operator lists in ``[mdev_*] device_addresses`` or ``[pci]
+    device_spec``). ``numa`` gives each GPU's NUMA node (2 nodes),
+    ``nvlink`` the NVLink-connected pairs (as NVML would). ``mig``: the
+    GPUs run in MIG mode and ``vgpu_type`` is a MIG-backed vGPU type
+    (``vf_mdev`` only).
     """
 
     name: str
     model: str
-    vgpu_type: str
+    vgpu_type: str = None
     gpus: int = 4
     numa: tuple = None
     nvlink: tuple = ()
     mig: bool = False
+    path: str = None
+    vfs: int = None
+
+    def __post_init__(self):
+        model = _CATALOG.model(self.model)
+        sriov = model.vgpu_mode == 'sriov'
+        path = self.path or (VF_MDEV if sriov else PF_MDEV)
+        object.__setattr__(self, 'path', path)
+        if path not in HOST_PATHS:
+            raise ValueError('%s: path %r is not one of %s'
+                             % (self.name, path, ', '.join(HOST_PATHS)))
+        if path == PF_MDEV and sriov:
+            raise ValueError(
+                '%s: %s is an SR-IOV GPU: Nova 34 shows its vGPUs on VFs '
+                '(vf_mdev or vfio), never as mdev types on the PF'
+                % (self.name, model.name))
+        if path in (VF_MDEV, VFIO) and not sriov:
+            raise ValueError('%s: %s has no SR-IOV vGPU support; use '
+                             'pf_mdev' % (self.name, model.name))
+        if (path == PASSTHROUGH) != (self.vgpu_type is None):
+            raise ValueError('%s: a vGPU type is needed on vGPU paths and '
+                             'meaningless for passthrough' % self.name)
+        if self.mig and path != VF_MDEV:
+            raise ValueError(
+                '%s: MIG-backed vGPUs are modelled on vf_mdev hosts only: '
+                'on vendor-VFIO VFs Nova pools them per GPU and its PCI '
+                'tracker picks the VF, so no scheduler decides the GPU '
+                'instance (see doc/source/generations.rst)' % self.name)
+        if self.vgpu_type is not None:
+            profile = model.vgpu_profile(self.vgpu_type)
+            if profile.mig_backed != self.mig:
+                raise ValueError('%s: %s is %sa MIG-backed type'
+                                 % (self.name, self.vgpu_type,
+                                    '' if profile.mig_backed else 'not '))
+        if not 1 <= self.gpus <= 16:
+            raise ValueError('%s: 1 to 16 GPUs per host' % self.name)
 
     def numa_of(self, index):
         return self.numa[index] if self.numa else index * 2 // self.gpus
+
+    @property
+    def sriov(self):
+        return self.path in (VF_MDEV, VFIO)
+
+    def vf_count(self):
+        """VFs of each GPU, all usable (``[mdev_*]`` / ``device_spec``)."""
+        if not self.sriov:
+            return 0
+        return self.vfs or self.profile().max_instances
+
+    def profile(self):
+        return _CATALOG.model(self.model).vgpu_profile(self.vgpu_type)
 
 
 _CATALOG = catalog_mod.load_catalog()
@@ -125,44 +204,205 @@ def profile_of_type(type_id):
     return _CATALOG.vgpu_profile_names()[int(type_id.split('-')[1]) - 600]
 
 
+def pci_address(bus, slot, function):
+    return '0000:%02x:%02x.%x' % (bus, slot, function)
+
+
+def libvirt_name(address):
+    """libvirt node device name of a PCI address (pci_0000_41_00_4)."""
+    return 'pci_' + re.sub('[:.]', '_', address)
+
+
+def _address(libvirt_name):
+    return '{}:{}:{}.{}'.format(*libvirt_name[4:].split('_'))
+
+
+def _address_xml(address):
+    domain, bus, rest = address.split(':')
+    slot, function = rest.split('.')
+    return ("<address domain='0x%s' bus='0x%s' slot='0x%s' "
+            "function='0x%s'/>" % (domain, bus, slot, function))
+
+
+class GpuState:
+    """One physical GPU of a fake host, as its driver keeps it.
+
+    ``address``: the PF; ``vfs``: its VFs' addresses (SR-IOV paths).
+    ``gpu_instances``: mdev UUID -> the MIG slot (``host.Slot``) of the
+    GPU instance that backs it, on a GPU in MIG mode.
+    """
+
+    def __init__(self, spec, index, address, vfs):
+        self.spec = spec
+        self.index = index
+        self.address = address
+        self.vfs = tuple(vfs)
+        self.model = _CATALOG.model(spec.model)
+        self.connection = None  # the host's fake libvirt, once it runs
+        self.gpu_instances = {}
+
+    def functions(self):
+        return (self.address,) + self.vfs
+
+    def mdevs(self):
+        """``[(mdev UUID, parent address)]`` of the mdevs on this GPU."""
+        if self.connection is None:
+            return []
+        parents = {libvirt_name(a): a for a in self.functions()}
+        found = []
+        for name, mdev in self.connection.mdev_info.devices.items():
+            parent = re.search(r'<parent>(.*?)</parent>', mdev.xml).group(1)
+            if parent in parents:
+                found.append((name[len('mdev_'):].replace('_', '-'),
+                              parents[parent]))
+        return sorted(found)
+
+    def available(self, parent):
+        """availableInstances of the vGPU type on mdev parent ``parent``.
+
+        On a PF: the type's maximum less the mdevs made. On a VF: one, if
+        the VF has no mdev yet and the GPU still has room for one more of
+        the type (and, in MIG mode, a free place for its GPU instance).
+        """
+        mdevs = self.mdevs()
+        room = self.spec.profile().max_instances - len(mdevs)
+        if parent == self.address:
+            return max(room, 0)
+        if room <= 0 or any(p == parent for _u, p in mdevs):
+            return 0
+        if self.spec.mig and not self.free_gpu_instances():
+            return 0
+        return 1
+
+    def layout(self, index=None):
+        """This GPU as the core sees it, with its GPU instances."""
+        index = self.index if index is None else index
+        gpu = host_mod.Gpu(index, self.model, mig_enabled=True,
+                           vgpu_types=[self.spec.vgpu_type])
+        for slot in self.gpu_instances.values():
+            gpu.take(host_mod.Slot(index, slot.kind, slot.detail))
+        return gpu
+
+    def free_gpu_instances(self):
+        request = request_mod.GpuRequest(host_mod.VGPU, self.spec.vgpu_type)
+        return fragmentation.unit_slots(self.layout(), request)
+
+    def carve(self, mdev_uuid):
+        """Make the GPU instance behind a new MIG-backed vGPU.
+
+        Which start slice: the one nova-gpu's core chooses on this GPU's
+        own layout (``PlacementEngine.evaluate`` on this GPU alone), as
+        the host's agent carves it; never what a scheduler decided.
+        """
+        host = host_mod.Host(self.spec.name, [self.layout(0)])
+        request = request_mod.GpuRequest(host_mod.VGPU, self.spec.vgpu_type)
+        choice = engine_mod.PlacementEngine().evaluate(host, request, (0,))
+        if choice is None:
+            raise RuntimeError('%s GPU %d: no room for a GPU instance of %s'
+                               % (self.spec.name, self.index,
+                                  self.spec.vgpu_type))
+        (slot,) = choice.placement.slots
+        self.gpu_instances[mdev_uuid] = host_mod.Slot(self.index, slot.kind,
+                                                      slot.detail)
+        return self.gpu_instances[mdev_uuid]
+
+
 class FakeGpu(fakelibvirt.FakePCIDevice):
-    """An NVIDIA GPU: its model's PCI id, one vGPU type as mdev type."""
+    """One PCI function of an NVIDIA GPU: its PF or one of its VFs.
 
-    _types = re.compile(r"<capability type='mdev_types'>.*?</capability>",
-                        re.S)
+    ``dev_type``: ``MDEV_TYPES`` (a PF with mdev types: pf_mdev), ``PF``
+    (an SR-IOV PF, or a PF for passthrough with no VFs) or ``VF``. ``mdev``:
+    the function lists the GPU's vGPU type as an mdev type (PF of
+    pf_mdev, VFs of vf_mdev). Vendor-VFIO VFs list no mdev type: their
+    type is preset (``nvidia/current_vgpu_type``) and they are plain PCI
+    devices to libvirt and Nova.
+    """
 
-    def __init__(self, model, profile, **kw):
-        self.gpu_model = _CATALOG.model(model)
-        self.gpu_profile = self.gpu_model.vgpu_profile(profile)
-        # Set once the host runs: counts the mdevs created on this GPU, so
-        # that availableInstances drops as on a real driver.
-        self.connection = None
+    def __init__(self, state, dev_type, address, parent=None, mdev=False,
+                 driver='nvidia', iommu_group=40):
+        self.gpu_state = state
+        self.gpu_model = state.model
+        self.gpu_profile = (state.model.vgpu_profile(state.spec.vgpu_type)
+                            if state.spec.vgpu_type else None)
+        self.mdev = mdev
+        self.fn_address = address
+        bus, slot, function = (int(p, 16) for p in
+                               re.split('[:.]', address)[1:])
+        parent_tuple = (tuple(int(p, 16) for p in
+                              re.split('[:.]', parent)[1:])
+                        if parent else None)
         super().__init__(
-            'MDEV_TYPES', prod_id=self.gpu_model.pci_device_ids[0],
-            prod_name=(self.gpu_model.nvml_names or (model,))[0], **kw)
+            dev_type, bus=bus, slot=slot, function=function,
+            iommu_group=iommu_group, numa_node=state.spec.numa_of(
+                state.index),
+            vf_ratio=len(state.vfs) if dev_type in ('PF', 'VF') else None,
+            parent=parent_tuple, vend_id=NVIDIA_VENDOR,
+            vend_name='NVIDIA Corporation',
+            prod_id=self.gpu_model.pci_device_ids[0],
+            prod_name=(self.gpu_model.nvml_names or (state.model.name,))[0],
+            driver_name=driver)
 
     def generate_xml(self, skip_capability=False):
-        super().generate_xml(skip_capability)
+        super().generate_xml(skip_capability=True)
         if skip_capability:
             return
-        types = (
-            "<capability type='mdev_types'><type id='%s'>"
-            "<name>NVIDIA %s</name><deviceAPI>vfio-pci</deviceAPI>"
-            "<availableInstances>@AVAILABLE@</availableInstances></type>"
-            "</capability>" % (mdev_type_id(self.gpu_profile.name),
-                               self.gpu_profile.name))
-        self.pci_device = self._types.sub(types, self.pci_device)
+        state = self.gpu_state
+        caps = []
+        if self.dev_type == 'PF':
+            caps.append("<capability type='virt_functions' maxCount='%d'>"
+                        "%s</capability>" % (len(state.vfs), ''.join(
+                            _address_xml(a) for a in state.vfs)))
+        elif self.dev_type == 'VF':
+            caps.append("<capability type='phys_function'>%s</capability>"
+                        % _address_xml(state.address))
+        if self.mdev:
+            self.is_capable_of_mdevs = True
+            caps.append(
+                "<capability type='mdev_types'><type id='%s'>"
+                "<name>NVIDIA %s</name><deviceAPI>vfio-pci</deviceAPI>"
+                "<availableInstances>@AVAILABLE@</availableInstances>"
+                "</type></capability>" % (mdev_type_id(self.gpu_profile.name),
+                                          self.gpu_profile.name))
+        self.pci_device = self.pci_device.replace(
+            '</vendor>', '</vendor>' + ''.join(caps), 1)
+
+    @property
+    def address(self):
+        return self.fn_address
 
     def XMLDesc(self, flags):
-        used = 0
-        if self.connection is not None:
-            parent = '<parent>pci_%s</parent>' % re.sub('[:.]', '_',
-                                                        self.address)
-            used = sum(1 for mdev in
-                       self.connection.mdev_info.devices.values()
-                       if parent in mdev.xml)
+        if not self.mdev:
+            return self.pci_device
         return self.pci_device.replace(
-            '@AVAILABLE@', str(self.gpu_profile.max_instances - used))
+            '@AVAILABLE@', str(self.gpu_state.available(self.fn_address)))
+
+
+def _host_devices(spec, host_index):
+    """The GPUs of ``spec`` (GpuState each) and their libvirt devices."""
+    info = fakelibvirt.HostPCIDevicesInfo(num_pci=0, num_pfs=0, num_vfs=0)
+    gpus = []
+    group = itertools.count(40)
+    for g in range(spec.gpus):
+        bus = 0x10 * (host_index + 1) + g
+        pf = pci_address(bus, 0, 0)
+        vfs = [pci_address(bus, (FIRST_VF_FUNCTION + n) // 8,
+                           (FIRST_VF_FUNCTION + n) % 8)
+               for n in range(spec.vf_count())]
+        state = GpuState(spec, g, pf, vfs)
+        gpus.append(state)
+        if spec.path == PF_MDEV:
+            info.devices[libvirt_name(pf)] = FakeGpu(
+                state, 'MDEV_TYPES', pf, mdev=True, iommu_group=next(group))
+            continue
+        info.devices[libvirt_name(pf)] = FakeGpu(
+            state, 'PF', pf, iommu_group=next(group),
+            driver='vfio-pci' if spec.path == PASSTHROUGH else 'nvidia')
+        for vf in vfs:
+            info.devices[libvirt_name(vf)] = FakeGpu(
+                state, 'VF', vf, parent=pf, mdev=spec.path == VF_MDEV,
+                iommu_group=next(group),
+                driver='nvidia' if spec.path == VF_MDEV else 'nvidia-vfio')
+    return gpus, info
 
 
 # Tries to enter a cell before giving up (Nova's fixture alone: 3).
@@ -260,41 +500,62 @@ def _gpu_plugins(service):
 
 
 def _own_view(service):
-    """Give ``service``'s GPU filter and weighers a view of their own.
-
-    Where the plugin already keeps one view per scheduler service, that
-    view is used as it is; where it keeps one per process (``get_view``),
-    the service's filter and weighers get a fresh one here.
+    """The GPU view ``service`` owns (one per scheduler service), or None
+    for stock Nova (nothing reads a view).
     """
-    plugins = _gpu_plugins(service)
-    if not plugins:
-        return None  # stock Nova: nothing reads a view
-    # The process-wide view, where the plugin still has one.
-    shared = getattr(view_mod, 'get_view', lambda: None)()
-    current = {id(p.view): p.view for p in plugins}
-    if len(current) == 1 and shared not in current.values():
-        return next(iter(current.values()))
-    view = view_mod.GpuView(resolver=view_mod.PlacementResolver())
-    for plugin in plugins:
-        plugin._view = view
-        if plugin.view is not view:
-            raise RuntimeError('cannot give %s of %s its own GPU view'
-                               % (type(plugin).__name__, service.host))
-    return view
+    if not _gpu_plugins(service):
+        return None
+    return view_mod.of_service(service.manager)
 
 
-def _pci_info(spec, bus):
-    info = fakelibvirt.HostPCIDevicesInfo(num_pci=0, num_pfs=0, num_vfs=0)
-    for slot in range(spec.gpus):
-        name = 'pci_0000_%02x_%02x_0' % (bus, slot)
-        info.devices[name] = FakeGpu(
-            spec.model, spec.vgpu_type, bus=bus, slot=slot, function=0,
-            iommu_group=40 + slot, numa_node=spec.numa_of(slot))
-    return info
+@dataclasses.dataclass(frozen=True, order=True)
+class GuestDevice:
+    """A GPU device of a guest, as the host shows it."""
+
+    host: str
+    gpu: int                # GPU index on the host (PCI order)
+    gpu_address: str        # the GPU's PF
+    path: str               # PF mdev, VF mdev, MIG-backed VF, ...
+    function: str           # mdev parent, or the PCI function passed
+    mdev: str = None        # mdev UUID (mdev paths)
+    vgpu_type: str = None
+    mig: tuple = None       # (MIG profile, start slice) of a MIG-backed VF
 
 
-def _address(libvirt_name):
-    return '{}:{}:{}.{}'.format(*libvirt_name[4:].split('_'))
+def pci_aliases(names):
+    """``[pci] alias`` entries of the PCI-in-Placement paths.
+
+    By resource class only (Nova accepts that with pci_in_placement): the
+    class is what ``device_spec`` gave the devices, one per path.
+    """
+    return [{'name': names.vfio_alias, 'resource_class': names.vfio_rc,
+             'device_type': 'type-VF'},
+            {'name': names.whole_alias, 'resource_class': names.whole_rc,
+             'device_type': 'type-PF'}]
+
+
+def hostdev_refs(domain_xml):
+    """(mdev UUIDs, PCI addresses) a domain XML's hostdevs reference."""
+    root = etree.fromstring(domain_xml.encode())
+    uuids, addresses = set(), set()
+    for hostdev in root.iter('hostdev'):
+        addr = hostdev.find('source/address')
+        if addr is None:
+            continue
+        if hostdev.get('type') == 'mdev':
+            uuids.add(addr.get('uuid').lower())
+        elif hostdev.get('type') == 'pci':
+            addresses.add('%04x:%02x:%02x.%x' % tuple(
+                int(addr.get(k), 0)
+                for k in ('domain', 'bus', 'slot', 'function')))
+    return uuids, addresses
+
+
+def hostdev_xml(domain_xml):
+    """The domain's ``<hostdev>`` elements, as text."""
+    root = etree.fromstring(domain_xml.encode())
+    return [etree.tostring(h, encoding='unicode').strip()
+            for h in root.iter('hostdev')]
 
 
 class GpuCloudTestCase(test_vgpu.VGPUTestBase):
@@ -317,12 +578,12 @@ class GpuCloudTestCase(test_vgpu.VGPUTestBase):
             sys.prefix, 'etc', 'nova', 'api-paste.ini'), group='wsgi')
         for group, values in self.NOVA_CONF.items():
             self.flags(group=group, **values)
-        self.gpu_view = view_mod.set_view(
-            view_mod.GpuView(resolver=view_mod.PlacementResolver()))
-        self.addCleanup(view_mod.set_view, None)
         self._generations = itertools.count(1)
         first = self.start_service('scheduler')
         self.schedulers = [first]
+        # The view the first scheduler service owns (stock Nova: one fed
+        # with reports that nothing reads).
+        self.gpu_view = view_mod.of_service(first.manager)
         self.gpu_views = [self.gpu_view]
         for n in range(1, self.SCHEDULERS):
             # Nova's start_service allows one scheduler; the fixture under
@@ -341,79 +602,192 @@ class GpuCloudTestCase(test_vgpu.VGPUTestBase):
     def setUp(self):
         super().setUp()
         _patient_cell_switching(self)
+        # Nova's PCI code reads the host's sysfs for these (network PFs):
+        # hardware this machine does not have, as in Nova's own PCI tests.
+        self.useFixture(fixtures.MockPatch(
+            'nova.pci.utils.is_physical_function', return_value=False))
+        self.useFixture(fixtures.MockPatch(
+            'nova.pci.utils.get_function_by_ifname',
+            return_value=(None, False)))
         self._host_specs = {}
-        self._buses = {}
+        self._gpus = {}  # hostname -> [GpuState], PCI order
+        self._pci_infos = {}
         self._rp_uuids = {}  # provider name -> UUID, see _provider_get
-        # provider name -> {consumer UUID: [MIG Slot, ...]}
-        self._mig_slots = collections.defaultdict(dict)
-        by_type = collections.defaultdict(list)
+        self.path_names = flavor_mod.PathNames.from_conf()
+        # instance UUID -> {nodename: the view's Decision}, for ranked_first
+        self._decisions = collections.defaultdict(dict)
+        for view in self._views():
+            self._record_decisions(view)
         for i, spec in enumerate(self.HOSTS):
-            bus = 0x41 + i
-            self._buses[spec.name] = bus
-            by_type[mdev_type_id(spec.vgpu_type)].extend(
-                '0000:%02x:%02x.0' % (bus, slot) for slot in range(spec.gpus))
+            self._gpus[spec.name], self._pci_infos[spec.name] = (
+                _host_devices(spec, i))
+        self._compute_conf()
+        for spec in self.HOSTS:
+            self.add_gpu_host(spec)
+        self.sync_gpu_reports()
+
+    def _compute_conf(self):
+        """nova.conf of the GPU hosts, as generations.rst tells operators.
+
+        mdev paths: ``[devices] enabled_mdev_types`` and, per type,
+        ``[mdev_<type>] device_addresses`` (PFs, or the VFs of SR-IOV
+        GPUs). PCI paths: ``[pci] device_spec`` (the vendor-VFIO VFs, or
+        the passthrough PFs, with the generic resource class of their
+        path), ``[pci] report_in_placement``, ``[pci] alias`` and
+        ``[filter_scheduler] pci_in_placement``. One process runs every
+        compute, so the options hold every host's addresses, as each
+        host's own nova.conf would hold its own.
+        """
+        names = self.path_names
+        by_type = collections.defaultdict(list)
+        device_spec = []
+        for gpus in self._gpus.values():
+            for state in gpus:
+                path = state.spec.path
+                if path == PF_MDEV:
+                    by_type[mdev_type_id(state.spec.vgpu_type)].append(
+                        state.address)
+                elif path == VF_MDEV:
+                    by_type[mdev_type_id(state.spec.vgpu_type)].extend(
+                        state.vfs)
+                elif path == VFIO:
+                    device_spec.extend({'address': vf, 'resource_class':
+                                        names.vfio_rc} for vf in state.vfs)
+                else:
+                    device_spec.append({'address': state.address,
+                                        'resource_class': names.whole_rc})
         self.flags(enabled_mdev_types=sorted(by_type), group='devices')
         import nova.conf
         nova.conf.devices.register_dynamic_opts(CONF)
         for type_id, addresses in by_type.items():
             self.flags(device_addresses=addresses, group='mdev_' + type_id)
-        for spec in self.HOSTS:
-            self.add_gpu_host(spec)
-        self.sync_gpu_reports()
+        self.flags(group='pci', report_in_placement=True,
+                   device_spec=[jsonutils.dumps(d) for d in device_spec],
+                   alias=[jsonutils.dumps(a) for a in pci_aliases(names)])
+        self.flags(group='filter_scheduler', pci_in_placement=True)
 
     def add_gpu_host(self, spec):
+        """Start nova-compute on the GPU host ``spec`` (one of HOSTS)."""
         self._host_specs[spec.name] = spec
         self.start_compute(
-            hostname=spec.name,
-            pci_info=_pci_info(spec, self._buses[spec.name]),
+            hostname=spec.name, pci_info=self._pci_infos[spec.name],
             libvirt_version=self.FAKE_LIBVIRT_VERSION,
             qemu_version=self.FAKE_QEMU_VERSION)
         compute = self.computes[spec.name]
         conn = compute.driver._host.get_connection()
-        for dev in conn.pci_info.devices.values():
-            dev.connection = conn
+        for state in self._gpus[spec.name]:
+            state.connection = conn
         return compute
 
+    def _create_mdev(self, dev_name, mdev_type, uuid=None):
+        """The host's driver makes an mdev (Nova's fake, plus MIG).
+
+        On a GPU in MIG mode, the vGPU manager puts a MIG-backed vGPU on
+        a GPU instance; the host carves it here, from its own layout
+        (``GpuState.carve``).
+        """
+        uuid = super()._create_mdev(dev_name, mdev_type, uuid)
+        address = _address(dev_name)
+        for state in self._gpus.get(self._current_host, ()):
+            if state.spec.mig and address in state.vfs:
+                state.carve(uuid)
+        return uuid
+
     # -- the agent's part -------------------------------------------------
+
+    def gpu_states(self, hostname):
+        """The host's GPUs (GpuState), in PCI order = report index."""
+        return self._gpus[hostname]
+
+    def providers_of_gpu(self, hostname, state):
+        """Every provider Nova makes for GPU ``state``, as report dicts.
+
+        Names come from the core's contract (``core.report``), which
+        follows Nova: mdev parents in nova/virt/libvirt/driver.py, PCI
+        devices in nova/compute/pci_placement_translator.py.
+        """
+        spec = state.spec
+        names = self.path_names
+        node = hostname  # the fake hypervisor's hostname and node name
+        if spec.path == PF_MDEV:
+            return [report_mod.provider_dict(
+                report_mod.mdev_provider_name(node, state.address),
+                report_mod.PF_MDEV, state.address, report_mod.VGPU_RC,
+                spec.vgpu_type)]
+        if spec.path == VF_MDEV:
+            on_vf = {parent: uuid for uuid, parent in state.mdevs()}
+            result = []
+            for vf in state.vfs:
+                slot = state.gpu_instances.get(on_vf.get(vf))
+                result.append(report_mod.provider_dict(
+                    report_mod.mdev_provider_name(node, vf),
+                    report_mod.VF_MDEV, vf, report_mod.VGPU_RC,
+                    spec.vgpu_type, mig=slot.detail[:2] if slot else None))
+            return result
+        if spec.path == VFIO:
+            return [report_mod.provider_dict(
+                report_mod.pci_provider_name(node, state.address),
+                report_mod.PCI_POOL, state.address, names.vfio_rc,
+                spec.vgpu_type, vfs=state.vfs)]
+        return [report_mod.provider_dict(
+            report_mod.pci_provider_name(node, state.address),
+            report_mod.PCI_DEVICE, state.address, names.whole_rc)]
+
+    def _domain_devices(self, hostname):
+        """{mdev UUID or PCI address: domain UUID} of the host's guests."""
+        conn = self.computes[hostname].driver._host.get_connection()
+        used = {}
+        for dom in conn.listAllDomains(
+                fakelibvirt.VIR_CONNECT_LIST_DOMAINS_ACTIVE
+                | fakelibvirt.VIR_CONNECT_LIST_DOMAINS_INACTIVE):
+            uuids, addresses = hostdev_refs(dom.XMLDesc(0))
+            for ref in uuids | addresses:
+                used[ref] = dom.UUIDString()
+        return used
+
+    def _gpu_devices(self, state, used):
+        """The GPU's devices in use, as the agent reads them."""
+        spec = state.spec
+        if spec.path in (PF_MDEV, VF_MDEV):
+            # Every mdev holds its share of the GPU (and, in MIG mode, its
+            # GPU instance), in use by a guest or kept for the next one.
+            devices = []
+            for uuid, _parent in state.mdevs():
+                slot = state.gpu_instances.get(uuid)
+                if slot is not None:
+                    devices.append({'kind': host_mod.MIG,
+                                    'detail': list(slot.detail),
+                                    'uuid': uuid})
+                else:
+                    devices.append({'kind': host_mod.VGPU,
+                                    'detail': spec.vgpu_type, 'uuid': uuid})
+            return devices
+        if spec.path == VFIO:
+            return [{'kind': host_mod.VGPU, 'detail': spec.vgpu_type,
+                     'vf': vf} for vf in state.vfs if vf in used]
+        return ([{'kind': host_mod.WHOLE}] if state.address in used
+                else [])
 
     def gpu_report(self, hostname):
         """The GPU report nova-gpu-agent would publish for ``hostname``."""
         spec = self._host_specs[hostname]
-        compute = self.computes[hostname]
-        conn = compute.driver._host.get_connection()
-        gpus = sorted((dev for dev in conn.pci_info.devices.values()
-                       if isinstance(dev, FakeGpu)),
-                      key=lambda d: d.address)
-        index_of = {dev.address: i for i, dev in enumerate(gpus)}
+        conn = self.computes[hostname].driver._host.get_connection()
         info = conn.host_info
         cells = info.cpu_nodes
+        used = self._domain_devices(hostname)
         raw = []
-        for i, dev in enumerate(gpus):
-            model = _CATALOG.model_for_pci(dev.prod_id)
-            # What nova-compute enabled on this GPU ([devices] and
-            # [mdev_*] device_addresses); read directly, since the test base
-            # patches _get_vgpu_type_per_pgpu to track the current host.
-            type_id = (compute.driver.pgpu_type_mapping.get(dev.address)
-                       or compute.driver.pgpu_type_default)
-            profile = profile_of_type(type_id) if type_id else None
-            provider = '%s_pci_%s' % (hostname,
-                                      re.sub('[:.]', '_', dev.address))
-            if spec.mig:
-                devices = [{'kind': host_mod.MIG, 'detail': list(s.detail)}
-                           for s in self._mig_devices(hostname, provider,
-                                                      i, model, profile)]
-            else:
-                devices = [{'kind': host_mod.VGPU, 'detail': profile}
-                           ] * self._vgpu_usage(provider)
-            peers = [index_of[gpus[j].address]
-                     for pair in spec.nvlink if i in pair
+        for state in self._gpus[hostname]:
+            i = state.index
+            peers = [j for pair in spec.nvlink if i in pair
                      for j in pair if j != i]
             raw.append({
-                'index': i, 'address': dev.address, 'model': model.name,
-                'numa_node': dev.numa_node, 'pcie_switch': None,
-                'nvlink_peers': sorted(peers), 'mig_enabled': spec.mig,
-                'vgpu_types': [profile] if profile else None,
-                'provider': provider, 'devices': devices})
+                'index': i, 'address': state.address,
+                'model': state.model.name, 'numa_node': spec.numa_of(i),
+                'pcie_switch': None, 'nvlink_peers': sorted(peers),
+                'mig_enabled': spec.mig,
+                'vgpu_types': [spec.vgpu_type] if spec.vgpu_type else None,
+                'providers': self.providers_of_gpu(hostname, state),
+                'devices': self._gpu_devices(state, used)})
         return {
             'version': report_mod.VERSION, 'host': hostname,
             'nodename': hostname, 'generation': next(self._generations),
@@ -448,69 +822,6 @@ class GpuCloudTestCase(test_vgpu.VGPUTestBase):
             self._rp_uuids.pop(provider_name, None)
         return None
 
-    def _vgpu_usage(self, provider_name):
-        body = self._provider_get(provider_name, 'usages')
-        return body['usages'].get('VGPU', 0) if body else 0
-
-    def _vgpu_consumers(self, provider_name):
-        """Consumer UUID -> VGPU count on the provider, from Placement."""
-        body = self._provider_get(provider_name, 'allocations')
-        if not body:
-            return {}
-        return {consumer: alloc['resources'].get('VGPU', 0)
-                for consumer, alloc in body['allocations'].items()
-                if alloc['resources'].get('VGPU')}
-
-    def _mig_devices(self, hostname, provider, index, model, profile):
-        """The MIG slots of GPU ``index``'s vGPUs (see the module doc)."""
-        consumers = self._vgpu_consumers(provider)
-        known = self._mig_slots[provider]
-        for gone in set(known) - set(consumers):
-            del known[gone]
-        gpu = host_mod.Gpu(index, model, mig_enabled=True,
-                           vgpu_types=[profile])
-        for slots in known.values():
-            for slot in slots:
-                gpu.take(slot)
-        request = request_mod.GpuRequest(host_mod.VGPU, profile)
-        for consumer, count in sorted(consumers.items()):
-            slots = known.setdefault(consumer, [])
-            if len(slots) >= count:
-                continue
-            chosen = self._view_choices(hostname, consumer, index)
-            while len(slots) < count:
-                free = fragmentation.unit_slots(gpu, request)
-                if not free:
-                    raise RuntimeError('%s: no MIG slot left for the vGPU of '
-                                       '%s' % (provider, consumer))
-                slot = next((s for s in chosen if s in free), free[0])
-                gpu.take(slot)
-                slots.append(slot)
-        return [s for _c, slots in sorted(known.items()) for s in slots]
-
-    def _view_choices(self, hostname, consumer, index):
-        """MIG slots on GPU ``index`` the scheduler's view chose, best
-        first: its decision for ``consumer``, then the claims it counted.
-        """
-        placements = []
-        for view in self._views():
-            entry = view.get(hostname)
-            if entry is None:
-                continue
-            last = entry.last
-            if (last is not None and last.ranked is not None
-                    and last.instance_uuid == consumer):
-                placements.insert(0, last.ranked.choice.placement)
-            placements.extend(p for _expiry, p in entry.pending)
-        return [s for p in placements for s in p.slots
-                if s.gpu == index and s.kind == host_mod.MIG]
-
-    def mig_slots_of(self, server):
-        """GPU provider name -> MIG slots of the server's vGPUs."""
-        return {provider: list(by_consumer[server['id']])
-                for provider, by_consumer in self._mig_slots.items()
-                if by_consumer.get(server['id'])}
-
     def _views(self):
         """Every scheduler's GPU view (``gpu_view`` is the first one's)."""
         return [self.gpu_view] + getattr(self, 'gpu_views', [])[1:]
@@ -524,8 +835,9 @@ class GpuCloudTestCase(test_vgpu.VGPUTestBase):
         for hostname in hostnames or self._host_specs:
             report = self.gpu_report(hostname)
             for endpoint in endpoints:
-                endpoint.info({}, '%s.%s' % (listener.PUBLISHER, hostname),
-                              listener.EVENT_TYPE, report, {})
+                endpoint.info({}, '%s.%s' % (report_mod.PUBLISHER,
+                                             hostname),
+                              report_mod.EVENT_TYPE, report, {})
 
     def _wait_for_state_change(self, server, expected_status, *args,
                                **kwargs):
@@ -539,12 +851,14 @@ class GpuCloudTestCase(test_vgpu.VGPUTestBase):
 
     def create_gpu_flavor(self, extra_specs, memory_mb=2048, vcpu=2,
                           name=None, **kw):
-        """A flavor with ``gpu:`` extra specs plus the Placement keys.
+        """A flavor with ``gpu:`` extra specs plus the Placement/PCI keys
+        of its path (``flavor.placement_extra_specs``).
 
         ``kw``: more of ``_create_flavor``'s arguments (disk, ephemeral...).
         """
         specs = dict(extra_specs)
-        if not any(k.startswith('resources') for k in specs):
+        if not any(k.startswith('resources') or k == flavor_mod.ALIAS_KEY
+                   for k in specs):
             parsed = flavor_mod.parse(specs, vcpus=vcpu, memory_mb=memory_mb)
             specs.update(flavor_mod.placement_extra_specs(parsed))
         return self._create_flavor(memory_mb=memory_mb, vcpu=vcpu,
@@ -555,48 +869,139 @@ class GpuCloudTestCase(test_vgpu.VGPUTestBase):
                                    networks='none',
                                    expected_state=expected_state, **kw)
 
+    def _gpu_classes(self):
+        names = self.path_names
+        return {report_mod.VGPU_RC, names.vfio_rc, names.whole_rc}
+
     def gpu_providers_of(self, server):
-        """Names of the GPU providers holding the server's vGPUs."""
+        """Names of the GPU providers holding the server's devices."""
         allocations = self._get_allocations_by_server_uuid(server['id'])
+        classes = self._gpu_classes()
         names = []
         for rp_uuid, alloc in allocations.items():
-            if 'VGPU' in alloc['resources']:
+            if classes & set(alloc['resources']):
                 names.append(self.placement.get(
                     '/resource_providers/%s' % rp_uuid).body['name'])
         return sorted(names)
 
-    def provider_name(self, hostname, index):
-        """Provider name of GPU ``index`` (PCI order) on ``hostname``."""
-        return '%s_pci_0000_%02x_%02x_0' % (hostname, self._buses[hostname],
-                                            index)
+    def _provider_gpus(self):
+        """Provider name -> (hostname, GPU index), every host's."""
+        found = {}
+        for hostname, gpus in self._gpus.items():
+            for state in gpus:
+                for p in self.providers_of_gpu(hostname, state):
+                    found[p['name']] = (hostname, state.index)
+        return found
 
     def gpu_index(self, provider_name):
-        return int(provider_name.rsplit('_', 2)[-2], 16)
+        """GPU index (PCI order) of a GPU provider of any kind."""
+        return self._provider_gpus()[provider_name][1]
+
+    def gpus_of(self, server):
+        """Sorted GPU indices of the server's GPU allocations."""
+        where = self._provider_gpus()
+        return sorted(where[p][1] for p in self.gpu_providers_of(server))
+
+    def provider_name(self, hostname, index):
+        """The provider of GPU ``index`` on a host whose GPUs have one
+        (pf_mdev: the PF; vfio: the VF pool; passthrough: the PF).
+        """
+        (provider,) = self.providers_of_gpu(
+            hostname, self._gpus[hostname][index])
+        return provider['name']
 
     def vgpu_usage(self, hostname):
-        """GPU index -> (used, total) VGPU of ``hostname``'s providers."""
-        spec = self._host_specs[hostname]
+        """GPU index -> (used, total) over every provider of the GPU."""
+        classes = self._gpu_classes()
         result = {}
-        for i in range(spec.gpus):
-            rps = self.placement.get('/resource_providers?name=%s'
-                                     % self.provider_name(hostname, i)).body[
-                'resource_providers']
-            uuid = rps[0]['uuid']
-            total = self._get_provider_inventory(uuid)['VGPU']['total']
-            result[i] = (self._get_provider_usages(uuid)['VGPU'], total)
+        for state in self._gpus[hostname]:
+            used = total = 0
+            for p in self.providers_of_gpu(hostname, state):
+                inventory = self._provider_get(p['name'], 'inventories')
+                usages = self._provider_get(p['name'], 'usages')
+                for rc in classes:
+                    if inventory and rc in inventory['inventories']:
+                        total += inventory['inventories'][rc]['total']
+                        used += usages['usages'].get(rc, 0)
+            result[state.index] = (used, total)
         return result
 
+    def domain_xml(self, server):
+        """The domain XML Nova's libvirt driver defined for ``server``."""
+        host = self.admin_api.get_server(server['id'])[
+            'OS-EXT-SRV-ATTR:host']
+        conn = self.computes[host].driver._host.get_connection()
+        return conn.lookupByUUIDString(server['id']).XMLDesc(0)
 
-def start_cloud(hosts, nova_conf=None):
+    def guest_devices(self, server):
+        """What the guest got, read from the domain XML Nova wrote and the
+        host's devices: one GuestDevice per GPU device, by GPU index.
+        """
+        host = self.admin_api.get_server(server['id'])[
+            'OS-EXT-SRV-ATTR:host']
+        xml = self.domain_xml(server)
+        uuids, addresses = hostdev_refs(xml)
+        result = []
+        for state in self._gpus[host]:
+            spec = state.spec
+            for uuid, parent in state.mdevs():
+                if uuid in uuids:
+                    slot = state.gpu_instances.get(uuid)
+                    result.append(GuestDevice(
+                        host, state.index, state.address,
+                        'MIG-backed VF' if slot else
+                        'VF mdev' if parent != state.address else 'PF mdev',
+                        parent, uuid, spec.vgpu_type,
+                        slot.detail[:2] if slot else None))
+            for fn in state.functions():
+                if fn in addresses:
+                    result.append(GuestDevice(
+                        host, state.index, state.address,
+                        'passthrough' if fn == state.address
+                        else 'vendor-VFIO VF', fn, None, spec.vgpu_type,
+                        None))
+        return sorted(result)
+
+    def _record_decisions(self, view):
+        """Keep every Decision ``view`` gives, by instance and host."""
+        decide = view.decide
+
+        def recording(request, nodename, *args, **kwargs):
+            decision = decide(request, nodename, *args, **kwargs)
+            if request.instance_uuid:
+                self._decisions[request.instance_uuid][nodename] = decision
+            return decision
+        view.decide = recording
+
+    def ranked_first(self, server):
+        """GPU indices the plugin ranked first for ``server`` on the host
+        it landed on (its last scheduling pass), or None.
+        """
+        host = self.admin_api.get_server(server['id'])[
+            'OS-EXT-SRV-ATTR:host']
+        decision = self._decisions.get(server['id'], {}).get(host)
+        if decision is None or decision.ranked is None:
+            return None
+        return tuple(decision.ranked.gpus)
+
+
+def start_cloud(hosts, nova_conf=None, agents=False):
     """Start the cloud outside a test runner; call ``.doCleanups()`` to stop.
 
     Returns the running GpuCloudTestCase: use ``create_gpu_flavor``,
     ``boot``, ``gpu_providers_of``, ``api`` and ``placement`` on it.
+    ``agents``: a real nova-gpu-agent process per GPU host reports over
+    RabbitMQ (``testing.agent_process.AgentReportsMixin``; MIG hosts are
+    still reported by the harness) instead of ``sync_gpu_reports``.
     """
     attrs = {'HOSTS': tuple(hosts), 'runTest': lambda self: None}
     if nova_conf is not None:
         attrs['NOVA_CONF'] = nova_conf
-    case = type('GpuCloud', (GpuCloudTestCase,), attrs)()
+    bases = (GpuCloudTestCase,)
+    if agents:
+        from nova_gpu.testing import agent_process
+        bases = (agent_process.AgentReportsMixin,) + bases
+    case = type('GpuCloud', bases, attrs)()
     case.useFixture(fixtures.EnvironmentVariable('OS_TEST_TIMEOUT', '0'))
     case.setUp()
     return case

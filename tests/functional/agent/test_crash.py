@@ -21,6 +21,7 @@ from nova_gpu.agent import reconcile
 from nova_gpu.agent import sysfs
 from nova_gpu.bench import reliability_agent as rel
 from nova_gpu.core import catalog
+from nova_gpu.core import layout as layout_mod
 from tests.functional.agent import fakehost
 
 A100 = catalog.load_catalog().model('A100-40GB')
@@ -54,6 +55,7 @@ class CrashTestCase(testtools.TestCase):
         kw = {'clock': clock} if clock else {}
         return reconcile.Reconciler(self.manager, grace_period=grace,
                                     remove_orphans=remove_orphans,
+                                    orphan_kinds=reconcile.ORPHAN_KINDS,
                                     **kw).run()
 
     def abandon(self, op, **args):
@@ -210,6 +212,33 @@ class TestOrphans(CrashTestCase):
         r = self.reconcile(grace=0)
         self.assertEqual([], r.removed)
         self.assertEqual(2, len(self.lib.gpus[0].gis))
+
+    def test_by_default_only_mdevs_are_orphans(self):
+        # A vendor-VFIO pool's preset VF types and MIG instances made
+        # ahead are capacity: the production default keeps them.
+        spare_vf = self.manager.create_vf_vgpu(rel.PF, rel.VGPU_TYPE)
+        spare_gi = self.manager.create_mig(0, A100.mig_profile('1g.5gb'), 4)
+        orphan = self.manager.create_mdev(rel.PARENT, rel.MDEV_TYPE)
+        r = reconcile.Reconciler(self.manager, grace_period=0).run()
+        self.assertEqual([orphan], r.removed)
+        fn = self.manager.sysfs.pci_function
+        self.assertEqual(rel.VGPU_TYPE, fn(spare_vf).current_vgpu_type)
+        self.assertEqual([spare_gi], list(self.lib.gpus[0].gis))
+        self.assertRaises(ValueError, reconcile.Reconciler, self.manager,
+                          orphan_kinds=['mdevs'])
+
+    def test_carved_mig_instances_kept(self):
+        carved = self.manager.create_mig(0, A100.mig_profile('1g.5gb'), 4)
+        other = self.manager.create_mig(0, A100.mig_profile('1g.5gb'), 5)
+        layout = layout_mod.Layout(layout_mod.MIG, instances=[
+            ('1g.5gb', 4, None)])
+        r = reconcile.Reconciler(
+            self.manager, grace_period=0,
+            orphan_kinds=reconcile.ORPHAN_KINDS,
+            layouts=lambda: {'0000:07:00.0': layout}).run()
+        self.assertEqual(['0000:07:00.0/%d@4' % carved], r.carved)
+        self.assertEqual(['0000:07:00.0/%d@5' % other], r.removed)
+        self.assertEqual([carved], list(self.lib.gpus[0].gis))
 
 
 class TestSigkill(testtools.TestCase):

@@ -1,8 +1,6 @@
 """nova-gpu-agent run as a command with an oslo.config file."""
 
 import os
-import subprocess
-import sys
 import threading
 import uuid as uuid_mod
 
@@ -10,29 +8,9 @@ from oslo_config import cfg
 import oslo_messaging
 import yaml
 
+from nova_gpu.testing import agent_process
 from tests.functional.agent import rabbit
 from tests.functional.agent import test_mdev
-
-CONFIG = """\
-[DEFAULT]
-transport_url = {url}
-use_stderr = true
-
-[oslo_messaging_notifications]
-transport_url = {url}
-
-[gpu_agent]
-host = cmp1
-libvirt_uri = {uri}
-sysfs_root = {sysfs}
-use_nvml = false
-reconcile_interval = 0
-orphan_grace_period = 0
-provider_config_file = {dir}/provider_config/nova-gpu.yaml
-outbox_dir = {dir}/outbox
-state_dir = {dir}/state
-report_topic = {topic}
-"""
 
 
 class Reports:
@@ -66,15 +44,11 @@ class TestService(test_mdev.MdevTestCase):
         used = self.manager.create_mdev(test_mdev.PARENT, 'nvidia-222')
         orphan = self.manager.create_mdev(test_mdev.PARENT, 'nvidia-222')
         self.define_domain('vm', mdevs=[used])
-        path = os.path.join(self.host.dir, 'nova-gpu.conf')
-        with open(path, 'w') as f:
-            f.write(CONFIG.format(url=url, uri=self.host.uri,
-                                  sysfs=self.fs.root, dir=self.host.dir,
-                                  topic=topic))
-        proc = subprocess.run(
-            [sys.executable, '-m', 'nova_gpu.agent.service',
-             '--config-file', path], capture_output=True, text=True,
-            timeout=120)
+        path = agent_process.write_config(
+            os.path.join(self.host.dir, 'nova-gpu.conf'), url, topic,
+            self.host.dir, self.fs.root, host='cmp1',
+            libvirt_uri=self.host.uri)
+        proc = agent_process.run_once(path)
         self.assertEqual(0, proc.returncode, proc.stderr)
         self.assertEqual([used], self.fs.mdevs())  # orphan removed
         self.assertNotIn(orphan, self.lv.mdevs())

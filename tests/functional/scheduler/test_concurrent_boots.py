@@ -16,6 +16,7 @@ import testtools
 
 from nova_gpu.bench import reliability_boots as boots
 from nova_gpu.scheduler import filters
+from nova_gpu.scheduler import view as view_mod
 from nova_gpu.scheduler import weighers
 from nova_gpu.testing import cloud
 
@@ -37,8 +38,12 @@ class ConcurrentBootsTest(_Base):
                 {filters.GpuFilter, weighers.GpuFragmentationWeigher,
                  weighers.GpuTopologyWeigher},
                 {type(p) for p in plugins})
+            # The filter uses its service's view; the weighers read the
+            # filter's decisions from the HostStates, not from a view.
+            self.assertIs(view, view_mod.of_service(service.manager))
             for plugin in plugins:
-                self.assertIs(view, plugin.view)
+                if isinstance(plugin, filters.GpuFilter):
+                    self.assertIs(view, plugin.view)
             # Both views got every host's report.
             self.assertEqual(len(self.HOSTS), len(view))
 
@@ -66,12 +71,20 @@ class ConcurrentBootsTest(_Base):
 
 
 class AuditTest(_Base):
-    """The audit sees what it must count (it can fail)."""
+    """The audit sees what it must count (it can fail).
+
+    Two servers on one provider need a provider of several vGPUs: a T4's
+    (mdev types on the physical function); SR-IOV GPUs have one vGPU per
+    VF provider.
+    """
+
+    HOSTS = _Base.HOSTS + (
+        cloud.GpuHost('t4', 'T4', 'T4-8C', gpus=1, numa=(0,)),)
 
     def _two_on_one_gpu(self):
-        flavor = self.create_gpu_flavor({'gpu:model': 'L4'}, memory_mb=512,
+        flavor = self.create_gpu_flavor({'gpu:model': 'T4'}, memory_mb=512,
                                         vcpu=1, disk=1, ephemeral=0)
-        servers = [self.boot(flavor, host='l4') for _ in range(2)]
+        servers = [self.boot(flavor, host='t4') for _ in range(2)]
         flavor_of = {s['id']: flavor for s in servers}
         vgpus = {flavor: 1}
         self.assertEqual(boots.Audit(), self.audit(flavor_of, vgpus))

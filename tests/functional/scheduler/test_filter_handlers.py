@@ -25,8 +25,8 @@ class _FilterBase(base.TestCase):
         from nova_gpu.scheduler import filters
         from nova_gpu.scheduler import weighers
         self.filter = filters.GpuFilter(self.view)
-        self.weighers = [weighers.GpuFragmentationWeigher(self.view),
-                         weighers.GpuTopologyWeigher(self.view)]
+        self.weighers = [weighers.GpuFragmentationWeigher(),
+                         weighers.GpuTopologyWeigher()]
 
     def host_state(self, nodename, candidates):
         state = host_manager.HostState(nodename, nodename, 'cell')
@@ -70,6 +70,30 @@ class FilterTest(_FilterBase):
             gpu__profile='H100-10C', resources__VGPU='1'))
         self.assertEqual([], passed)
         self.assertIn('h1: has no GPU of model H100-80GB', log.output)
+
+    def test_refusals_notified_by_reason(self):
+        from nova_gpu.core import notification
+        from nova_gpu.scheduler import notifications
+
+        class Notifier:
+            sent = []
+
+            def info(self, ctxt, event_type, payload):
+                self.sent.append((event_type, payload))
+        notifications.set_notifier(Notifier())
+        self.addCleanup(notifications.set_notifier, None)
+        self.add_host('h1', 'A100-40GB', vgpu_type='A100-10C')
+        self.add_host('h2', 'H100-80GB', vgpu_type='H100-10C')
+        states = [self.host_state('h1', [candidate('h1-rp0')]),
+                  self.host_state('h2', [candidate('h2-rp0')])]
+        passed = self.run_filter(states, self.request(
+            gpu__profile='H100-10C', resources__VGPU='1'))
+        self.assertEqual(['h2'], [s.nodename for s in passed])
+        [(event, payload)] = Notifier.sent
+        self.assertEqual(notification.REFUSAL_EVENT, event)
+        data = payload['nova_object.data']
+        self.assertEqual({notification.GPU_MODEL: 1}, data['refusals'])
+        self.assertEqual(1, data['hosts_passed'])
 
     def test_invalid_candidate_pairs_dropped(self):
         self.add_host('h1', 'A100-40GB', vgpu_type='A100-10C', per_numa=2)
@@ -131,6 +155,44 @@ class FilterTest(_FilterBase):
             self.weighers, passed, spec_obj)
         self.assertEqual('h2', weighed[0].obj.nodename)
 
+    def test_weighers_read_the_decision_from_the_host_state(self):
+        from nova_gpu.scheduler import filters
+        self.add_host('h1', 'A100-40GB', vgpu_type='A100-10C', used={0: 2})
+        state = self.host_state('h1', [candidate('h1-rp1'),
+                                       candidate('h1-rp0')])
+        spec_obj = self.request(resources__VGPU='1')
+        self.run_filter([state], spec_obj)
+        decision = getattr(state, filters.DECISION)
+        self.assertIsNone(decision.why)
+        self.assertEqual((0,), decision.ranked.gpus)
+        self.assertEqual((1, 0), decision.order)
+        weigher = self.weighers[0]
+        self.assertNotEqual(0.0, weigher._weigh_object(state, spec_obj))
+        # Another request's weighing never reads this decision.
+        other = self.request(resources__VGPU='1')
+        self.assertEqual(0.0, weigher._weigh_object(state, other))
+
+    def test_each_scheduler_service_owns_its_view(self):
+        from nova_gpu.scheduler import filters
+        from nova_gpu.scheduler import listener
+        from nova_gpu.scheduler import view as view_mod
+
+        class Manager:
+            def __init__(self, gpu_filter):
+                self.host_manager = type('HM', (), {
+                    'enabled_filters': [gpu_filter], 'weighers': []})()
+        self.conf.set_override('report_listener', False, 'gpu_scheduler')
+        one, two = filters.GpuFilter(), filters.GpuFilter()
+        early = one.view  # used before its service started: adopted
+        first, second = Manager(one), Manager(two)
+        listener.service_started(first)
+        listener.service_started(second)
+        self.assertIs(early, view_mod.of_service(first))
+        self.assertIs(early, one.view)
+        self.assertIs(view_mod.of_service(second), two.view)
+        self.assertIsNot(one.view, two.view)
+        self.assertIsNone(listener.listener_of(first))
+
     def test_weigher_multiplier_aggregate_override(self):
         self.add_host('h1', 'A100-40GB', vgpu_type='A100-10C')
         state = self.host_state('h1', [])
@@ -148,13 +210,14 @@ class ContainmentTest(_FilterBase):
         # Today's reproducer: a report with pcie_switch {} was accepted
         # and every later ranking of that host raised TypeError out of
         # the filter, so every GPU boot went to ERROR.
+        from nova_gpu.core import report as report_mod
         from nova_gpu.scheduler import listener
         log = self.useFixture(fixtures.FakeLogger(level=logging.WARNING))
         self.add_host('h2', 'A100-40GB', vgpu_type='A100-10C')
         bad = base.gpu_report('h1', 'A100-40GB', vgpu_type='A100-10C')
         bad['gpus'][0]['pcie_switch'] = {}
         listener.ReportEndpoint(self.view).info(
-            {}, 'nova-gpu-agent.h1', listener.EVENT_TYPE, bad, {})
+            {}, 'nova-gpu-agent.h1', report_mod.EVENT_TYPE, bad, {})
         s1 = self.host_state('h1', [candidate('h1-rp0')])
         s2 = self.host_state('h2', [candidate('h2-rp0')])
         passed = self.run_filter([s1, s2],
@@ -207,7 +270,7 @@ class ContainmentTest(_FilterBase):
         spec_obj = self.request(resources__VGPU='1')
         self.run_filter(states, spec_obj)
         self.useFixture(fixtures.MonkeyPatch(
-            'nova_gpu.scheduler.view.GpuView.decision',
+            'nova_gpu.scheduler.filters.decision_of',
             lambda *a: (_ for _ in ()).throw(ValueError('boom'))))
         weighed = nova_weights.HostWeightHandler().get_weighed_objects(
             self.weighers, states, spec_obj)
@@ -250,7 +313,6 @@ class EveryProviderTest(_FilterBase):
 
     def test_pci_class_counts_as_a_gpu_allocation(self):
         from nova_gpu.core import report as report_mod
-        from nova_gpu.scheduler import filters
         data = base.gpu_report('h1', 'A100-40GB', count=2)
         rc = report_mod.pci_default_resource_class('10de', '20b0')
         for raw in data['gpus']:
@@ -261,9 +323,99 @@ class EveryProviderTest(_FilterBase):
         pool = {'allocations': {'pool-1': {'resources': {rc: 1}},
                                 'root': {'resources': {'VCPU': 2}}}}
         # Unresolved pool provider: the GPU is unknown, not "no GPU".
-        self.assertIsNone(filters._gpus_of(entry, pool, 'VGPU'))
+        self.assertIsNone(entry.gpus_of(pool, 'VGPU'))
         entry = self.view.ingest(dict(data, generation=2))
         self.view.set_provider_uuids('h1', {
             report_mod.pci_provider_name('h1', data['gpus'][1]['address']):
             'pool-1'})
-        self.assertEqual((1,), filters._gpus_of(entry, pool, 'VGPU'))
+        self.assertEqual((1,), entry.gpus_of(pool, 'VGPU'))
+
+    def vfs_by_gpu(self, entry):
+        return {index: sorted(u for u, i in entry.uuids.items()
+                              if i == index) for index in range(4)}
+
+    def test_two_vfs_of_one_gpu_are_not_two_gpus(self):
+        # Two devices on distinct GPUs are two isolated request groups;
+        # isolate separates providers, so Placement offers both devices
+        # on two VFs of one GPU too.
+        vf = self.vfs_by_gpu(self.add_vf_host('h1', used={0: 1}))
+        same = candidate(vf[0][0], vf[0][1])
+        distinct = candidate(vf[0][1], vf[1][0])
+        state = self.host_state('h1', [same, distinct])
+        self.assertEqual([state], self.run_filter([state], self.request(
+            gpu__profile='A100-10C', gpu__count='2', resources1__VGPU='1',
+            resources2__VGPU='1', group_policy='isolate')))
+        self.assertEqual([distinct], state.allocation_candidates)
+        # Only such candidates: the host is refused.
+        state = self.host_state('h1', [same])
+        self.assertEqual([], self.run_filter([state], self.request(
+            gpu__profile='A100-10C', gpu__count='2', resources1__VGPU='1',
+            resources2__VGPU='1', group_policy='isolate')))
+
+    def multi_create_passes(self, state, candidates, spec_obj, passes):
+        """Filter ``passes`` instances of one multi-create as Nova does:
+        every pass gets the same candidates, and Nova claims candidate 0
+        (returned, per pass) and consumes the host.
+        """
+        claimed = []
+        for n in range(passes):
+            state.allocation_candidates = list(candidates)
+            spec_obj.instance_uuid = getattr(uuids, 'i%d' % n)
+            self.assertEqual([state], self.run_filter([state], spec_obj))
+            claimed.append(state.allocation_candidates[0])
+            state.num_instances += 1
+        return claimed
+
+    def test_multi_create_never_claims_a_full_vf_again(self):
+        entry = self.add_vf_host('h1', used={2: 1})
+        vf = self.vfs_by_gpu(entry)
+        candidates = [candidate(u) for i in range(4) for u in vf[i]
+                      if u != vf[2][0]]  # vf[2][0] holds the used vGPU
+        spec_obj = self.request(resources__VGPU='1')
+        spec_obj.num_instances = 3
+        claimed = self.multi_create_passes(self.host_state('h1', []),
+                                           candidates, spec_obj, 3)
+        rps = [list(c['allocations'])[0] for c in claimed]
+        # Packed: the used GPU's other VF, then another GPU's two VFs,
+        # each VF (one vGPU each) claimed once.
+        self.assertEqual(vf[2][1], rps[0])
+        self.assertEqual(3, len(set(rps)), rps)
+        self.assertEqual(1, len({entry.uuids[rp] for rp in rps[1:]}))
+
+    def test_multi_create_refuses_a_host_whose_vfs_are_full(self):
+        entry = self.add_vf_host('h1')
+        vf = self.vfs_by_gpu(entry)
+        state = self.host_state('h1', [])
+        spec_obj = self.request(resources__VGPU='1')
+        spec_obj.num_instances = 2
+        self.multi_create_passes(state, [candidate(vf[0][0])], spec_obj, 1)
+        state.allocation_candidates = [candidate(vf[0][0])]
+        spec_obj.instance_uuid = uuids.i9
+        self.assertEqual([], self.run_filter([state], spec_obj))
+
+
+class WeigherTiesTest(_FilterBase):
+
+    def test_hosts_in_identical_states_weigh_equal(self):
+        from nova_gpu.scheduler import filters
+        from nova_gpu.scheduler import weighers
+        self.add_host('h1', 'A100-40GB', vgpu_type='A100-10C', used={0: 1})
+        self.add_host('h2', 'A100-40GB', vgpu_type='A100-10C', used={0: 1})
+        states = [self.host_state('h1', [candidate('h1-rp0')]),
+                  self.host_state('h2', [candidate('h2-rp0')])]
+        spec_obj = self.request(resources__VGPU='1')
+        self.run_filter(states, spec_obj)
+        # The same choice, computed along two paths: float noise.
+        ranked = getattr(states[1], filters.DECISION).ranked
+        noisy = ranked.choice._replace(
+            frag_delta=ranked.choice.frag_delta + 2e-16)
+        getattr(states[1], filters.DECISION).ranked = type(ranked)(
+            ranked.gpus, noisy, ranked.request, ranked.free_milli,
+            ranked.key)
+        weigher = weighers.GpuFragmentationWeigher()
+        self.assertEqual(weigher._weigh_object(states[0], spec_obj),
+                         weigher._weigh_object(states[1], spec_obj))
+        weighed = nova_weights.HostWeightHandler().get_weighed_objects(
+            [weigher], states, spec_obj)
+        # Nova's min-max normalisation leaves a tie a tie.
+        self.assertEqual([0.0, 0.0], [w.weight for w in weighed])

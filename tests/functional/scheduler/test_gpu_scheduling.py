@@ -1,9 +1,12 @@
 """The GPU scheduler plugin inside a real, in-process Nova.
 
-Three fake GPU hosts of different models (A100, H100, L4); servers are
-booted through the Nova API with the plugin configured as an operator
-would (nova_gpu.testing.cloud.PLUGIN_CONF), and, for comparison, with
-Nova's stock filters and weighers.
+Three fake GPU hosts of different models (A100, H100, L4), each shown as
+Nova 34 shows an SR-IOV GPU with vGPU 16 (one VGPU provider per VF, see
+nova_gpu.testing.cloud); servers are booted through the Nova API with the
+plugin configured as an operator would (nova_gpu.testing.cloud.
+PLUGIN_CONF), and, for comparison, with Nova's stock filters and weighers.
+Every path (PF mdev, VF mdev, MIG-backed VF, vendor VFIO, passthrough) has
+its own tests in test_gpu_paths.
 """
 
 from nova.tests.functional.api import client
@@ -14,7 +17,9 @@ HOSTS = (
     # GPUs 0,1 on NUMA node 0; 2,3 on node 1.
     cloud.GpuHost('a100', 'A100-40GB', 'A100-10C', gpus=4,
                   numa=(0, 0, 1, 1)),
-    # NUMA pairs (0,2) and (1,3); NVLink pairs (0,1) and (2,3).
+    # NUMA pairs (0,2) and (1,3); NVLink pairs (0,1) and (2,3). Every
+    # VF of each GPU is a provider: candidates with two devices on two
+    # VFs of one GPU are dropped by the plugin.
     cloud.GpuHost('h100', 'H100-80GB', 'H100-20C', gpus=4,
                   numa=(0, 1, 0, 1), nvlink=((0, 1), (2, 3))),
     # Two vGPUs of L4-12C per GPU: four in all.
@@ -30,21 +35,29 @@ class _Base(cloud.GpuCloudTestCase):
             'OS-EXT-SRV-ATTR:host']
 
     def pack_scenario(self):
-        """One vGPU already on a100; where does a stock vGPU flavor go?"""
+        """One vGPU already on a100; where does a stock vGPU flavor go?
+
+        Returns the GPU (host, index) of the first vGPU and the second
+        server.
+        """
         first = self.boot(self.create_gpu_flavor({'resources:VGPU': '1'}),
                           host='a100')
-        (used,) = self.gpu_providers_of(first)
+        (used,) = self.gpus_of(first)
         server = self.boot(self.create_gpu_flavor({'resources:VGPU': '1'}))
-        return used, server
+        return ('a100', used), server
 
 
 class PluginPlacementTest(_Base):
 
     def test_stock_vgpu_flavor_packs_onto_the_used_gpu(self):
         used, server = self.pack_scenario()
-        # Fragmentation policy: the partly used A100 GPU, not a fresh one.
+        # Fragmentation policy: the partly used A100 GPU, not a fresh one
+        # (another VF of it: another provider).
         self.assertEqual('a100', self.host_of(server))
-        self.assertEqual([used], self.gpu_providers_of(server))
+        self.assertEqual([used[1]], self.gpus_of(server))
+        (dev,) = self.guest_devices(server)
+        self.assertEqual((used[1],), self.ranked_first(server))
+        self.assertEqual(used[1], dev.gpu)
 
     def test_by_need_serves_the_smallest_device(self):
         # 12GB: L4-12C is exactly 12GB; H100-20C would strand 8GB and
@@ -52,35 +65,12 @@ class PluginPlacementTest(_Base):
         server = self.boot(self.create_gpu_flavor({'gpu:memory': '12GB'}))
         self.assertEqual('l4', self.host_of(server))
         # Both L4 GPUs are empty: the first in PCI order.
-        self.assertEqual([self.provider_name('l4', 0)],
-                         self.gpu_providers_of(server))
+        self.assertEqual([0], self.gpus_of(server))
 
     def test_model_list(self):
         server = self.boot(self.create_gpu_flavor(
             {'gpu:model': 'H100-80GB,H200-141GB'}))
         self.assertEqual('h100', self.host_of(server))
-
-    def test_multi_create_no_double_allocation(self):
-        flavor = self.create_gpu_flavor({'gpu:model': 'L4'})
-        body = self._build_server(image_uuid=cloud.IMAGE, flavor_id=flavor,
-                                  networks='none')
-        body['min_count'] = 4
-        body['return_reservation_id'] = True
-        reservation = self.api.post_server({'server': body})[
-            'reservation_id']
-        servers = self.api.get_servers(
-            detail=True, search_opts={'reservation_id': reservation})
-        self.assertEqual(4, len(servers))
-        per_provider = {}
-        for server in servers:
-            self._wait_for_state_change(server, 'ACTIVE')
-            self.assertEqual('l4', self.host_of(server))
-            (name,) = self.gpu_providers_of(server)
-            per_provider[name] = per_provider.get(name, 0) + 1
-        # Exactly the capacity: 2 per GPU, and Placement agrees.
-        self.assertEqual({self.provider_name('l4', 0): 2,
-                          self.provider_name('l4', 1): 2}, per_provider)
-        self.assertEqual({0: (2, 2), 1: (2, 2)}, self.vgpu_usage('l4'))
 
     def test_fits_nowhere_no_valid_host_with_gpu_reason(self):
         flavor = self.create_gpu_flavor({'gpu:model': 'V100-32GB'})
@@ -148,6 +138,44 @@ class PluginPlacementTest(_Base):
         self.assertIn('A100-10C', str(err))
 
 
+class MultiCreateTest(cloud.GpuCloudTestCase):
+    """One request for four servers: the view counts each claim.
+
+    On a PF-mdev host (T4-8C: two per GPU), where one provider holds all
+    the vGPUs of a GPU; VF-mdev hosts in test_gpu_paths.
+    """
+
+    HOSTS = (cloud.GpuHost('t4', 'T4', 'T4-8C', gpus=2, numa=(0, 1)),)
+
+    def host_of(self, server):
+        return self.admin_api.get_server(server['id'])[
+            'OS-EXT-SRV-ATTR:host']
+
+    def test_multi_create_no_double_allocation(self):
+        flavor = self.create_gpu_flavor({'gpu:model': 'T4'})
+        body = self._build_server(image_uuid=cloud.IMAGE, flavor_id=flavor,
+                                  networks='none')
+        body['min_count'] = 4
+        body['return_reservation_id'] = True
+        reservation = self.api.post_server({'server': body})[
+            'reservation_id']
+        servers = self.api.get_servers(
+            detail=True, search_opts={'reservation_id': reservation})
+        self.assertEqual(4, len(servers))
+        per_gpu, functions = {}, set()
+        for server in servers:
+            self._wait_for_state_change(server, 'ACTIVE')
+            self.assertEqual('t4', self.host_of(server))
+            (gpu,) = self.gpus_of(server)
+            per_gpu[gpu] = per_gpu.get(gpu, 0) + 1
+            (dev,) = self.guest_devices(server)
+            functions.add(dev.function)
+        # Exactly the capacity: 2 per GPU, and Placement agrees.
+        self.assertEqual({0: 2, 1: 2}, per_gpu)
+        self.assertEqual(2, len(functions))
+        self.assertEqual({0: (2, 2), 1: (2, 2)}, self.vgpu_usage('t4'))
+
+
 class StockPlacementTest(_Base):
     """The same cloud and scenario without the plugin."""
 
@@ -157,7 +185,8 @@ class StockPlacementTest(_Base):
         used, server = self.pack_scenario()
         # Nova's RAM/CPU/disk weighers spread: away from the busy host.
         self.assertNotEqual('a100', self.host_of(server))
-        self.assertNotEqual([used], self.gpu_providers_of(server))
+        self.assertNotEqual(used, (self.host_of(server),
+                                   self.gpus_of(server)[0]))
 
 
 class DedicatedCpuTest(cloud.GpuCloudTestCase):

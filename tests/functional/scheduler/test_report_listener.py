@@ -22,6 +22,7 @@ from nova_gpu.scheduler import view as view_mod
 
 RABBIT = ('127.0.0.1', 5672)
 URL = 'rabbit://guest:guest@%s:%d/' % RABBIT
+AMQP = 'amqp://guest:guest@%s:%d//' % RABBIT  # the same broker, for kombu
 
 
 def _rabbit_up():
@@ -73,6 +74,29 @@ class ReportListenerTest(testtools.TestCase):
         # Newer reports replace the host; the listener keeps up.
         self.assertEqual(0, pub.publish(self.report(2)))
         self.wait_for(2)
+        # The topic's shared queue, where every report also lands, is
+        # drained: it cannot grow on the broker.
+        self.assertEqual(0, self.shared_queue_depth())
+
+    def shared_queue_depth(self, timeout=10):
+        import kombu
+        name = '%s.info' % self.topic
+        with kombu.Connection(AMQP) as conn:
+            channel = conn.channel()
+            self.addCleanup(_delete_queue, name)
+            deadline = time.time() + timeout
+            while True:
+                _name, depth, _consumers = channel.queue_declare(
+                    queue=name, passive=True)
+                if depth == 0 or time.time() > deadline:
+                    return depth
+                time.sleep(0.2)
+
+
+def _delete_queue(name):
+    import kombu
+    with kombu.Connection(AMQP) as conn:
+        conn.channel().queue_delete(queue=name)
 
 
 @testtools.skipUnless(_rabbit_up(), 'no RabbitMQ on %s:%d' % RABBIT)
@@ -96,8 +120,6 @@ class SchedulerServiceLifecycleTest(nova_test.TestCase):
         # Nova's own RPC and notifications stay on the fake bus the base
         # class set up; the GPU reports come over the real broker.
         self.flags(transport_url=URL, group='oslo_messaging_notifications')
-        self.view = view_mod.set_view(view_mod.GpuView())
-        self.addCleanup(view_mod.set_view, None)
 
     def report(self, generation):
         model = catalog_mod.load_catalog().model('L4')
@@ -110,6 +132,9 @@ class SchedulerServiceLifecycleTest(nova_test.TestCase):
         found = listener.listener_of(service.manager)
         self.assertIsNotNone(found)
         self.assertTrue(found.running)
+        # The listener feeds the view its scheduler service owns.
+        self.view = view_mod.of_service(service.manager)
+        self.assertIs(self.view, found.view)
         server = found._server
         self.assertTrue(server.listener._started)
         threads = set(threading.enumerate())

@@ -132,6 +132,24 @@ class FakePynvml(types.SimpleNamespace):
     def nvmlShutdown(self):
         pass
 
+    # -- system (driver versions) -------------------------------------------
+
+    # A vGPU 17 host: R550 manager, vGPU versions 0x10000..0x110000 (the
+    # values are illustrative; only their order is compared). Set
+    # ``driver_version`` None for a driver that does not answer.
+    driver_version = b'550.54.14'
+    vgpu_versions = ((0x10000, 0x110000), (0x10000, 0x110000))
+
+    def nvmlSystemGetDriverVersion(self):
+        if self.driver_version is None:
+            raise pynvml.NVMLError_NotSupported()
+        return self.driver_version
+
+    def nvmlGetVgpuVersion(self):
+        if self.vgpu_versions is None:
+            raise pynvml.NVMLError_NotSupported()
+        return [tuple(r) for r in self.vgpu_versions]
+
     # -- devices ------------------------------------------------------------
 
     def nvmlDeviceGetCount(self):

@@ -341,6 +341,35 @@ class TestProviders(SysfsCase):
             _providers(inv))
         self.assertEqual('cmp1_0000:86:00.0', _providers(inv)[0]['name'])
 
+    def test_vf_mdev_types_are_the_gpus_vgpu_types(self):
+        # A real agent on an SR-IOV + mdev host: the types are on the VFs.
+        self.fs.add_pci('0000:41:00.0', '0x20b0')
+        self.fs.add_mdev_vfs('0000:41:00.0', 2, {
+            'nvidia-471': ('NVIDIA A100-10C', 1)})
+        data = self.discover().report()
+        self.assertEqual(['A100-10C'], data['gpus'][0]['vgpu_types'])
+
+    def test_vendor_vfio_typed_vf_in_use_only_when_a_domain_has_it(self):
+        self.fs.add_pci('0000:86:00.0', '0x2330')
+        vfs = self.fs.add_vfs('0000:86:00.0', 3, {1062: 'NVIDIA H100-20C'})
+        for vf in vfs:
+            self.fs.set_vgpu_type(vf, 1062)
+
+        class Libvirt:
+            def pci_devices(self):
+                return [{'name': 'pci_0000_86_00_0'}]
+
+            def domain_refs(self):
+                return {vfs[1]: ['instance-00000001']}
+
+        def used(inv):
+            return [d for d in inv.report()['gpus'][0]['devices']]
+        # Types are preset on every VF of the pool: none is a guest yet.
+        self.assertEqual([], used(self.discover()))
+        inv = self.discover(libvirt=Libvirt())
+        self.assertEqual([vfs[1]], [d['vf'] for d in used(inv)])
+        self.assertEqual(['H100-20C'], [d['detail'] for d in used(inv)])
+
     def test_vendor_vfio_pool_resource_class_option(self):
         self.fs.add_pci('0000:86:00.0', '0x2330')
         for vf in self.fs.add_vfs('0000:86:00.0', 2,

@@ -51,3 +51,52 @@ class FragmentationTest(base.TestCase):
                                            coverage=0.85)
         self.assertEqual([a, b], [i.request for i in demand.items])
         self.assertAlmostEqual(6 / 9, demand.items[0].weight)
+
+
+class FitRuleTest(base.TestCase):
+    """One fit rule: the fast paths answer as the slot rule does."""
+
+    def gpus(self):
+        a100, t4 = self.model('A100-40GB'), self.model('T4')
+        mig = H.Gpu(0, a100, mig_enabled=True)
+        mig.take(H.Slot(0, H.MIG, ('3g.20gb', 4, None)))
+        vgpu = H.Gpu(1, a100, vgpu_types=['A100-10C'])
+        vgpu.take(H.Slot(1, H.VGPU, 'A100-10C'))
+        whole = H.Gpu(2, t4)
+        whole.take(H.Slot(2, H.WHOLE))
+        shared = H.Gpu(3, t4)
+        shared.take(H.Slot(3, H.SHARE, 700))
+        return [mig, vgpu, whole, shared, H.Gpu(4, a100), H.Gpu(5, t4)]
+
+    def requests(self):
+        yield R.GpuRequest(H.WHOLE)
+        yield R.GpuRequest(H.WHOLE, models=['T4'])
+        yield R.GpuRequest(H.SHARE, milli=300)
+        yield R.GpuRequest(H.SHARE, milli=500)
+        yield R.GpuRequest(H.MIG, '3g.20gb')
+        yield R.GpuRequest(H.MIG, '7g.40gb')
+        yield R.GpuRequest(H.VGPU, 'A100-10C')
+        yield R.GpuRequest(H.VGPU, 'A100-20C', models=['A100-40GB'])
+        yield R.GpuRequest(H.VGPU, 'T4-4C', models=['A100-40GB'])
+        yield R.GpuRequest(H.VGPU)
+
+    def test_fast_paths_agree_with_the_slot_rule(self):
+        answers = set()
+        for req in self.requests():
+            for gpu in self.gpus():
+                slow = (gpu.serves_model(req.models)
+                        and bool(frag.unit_slots(gpu, req)))
+                self.assertEqual(slow, frag.fit_checker(req)(gpu),
+                                 (req, gpu.index))
+                self.assertEqual(slow, frag.unit_fits(gpu, req))
+                answers.add(slow)
+        # Both answers occur: the comparison can fail.
+        self.assertEqual({True, False}, answers)
+
+    def test_model_rule_names_and_aliases(self):
+        gpu = H.Gpu(0, self.model('A100-40GB'))
+        self.assertTrue(gpu.serves_model(None))
+        self.assertTrue(gpu.serves_model(frozenset(['A100-40GB'])))
+        self.assertFalse(gpu.serves_model(frozenset(['T4'])))
+        for alias in gpu.model.aliases:
+            self.assertTrue(gpu.serves_model(frozenset([alias])))

@@ -7,6 +7,7 @@ oslo.config's own parser, as nova-scheduler would read it.
 """
 
 import ast
+import json
 import os
 import shutil
 import subprocess
@@ -110,8 +111,15 @@ class DevstackPluginTest(testtools.TestCase):
         self.assertEqual(
             'ComputeFilter,ComputeCapabilitiesFilter,ImagePropertiesFilter,'
             'ServerGroupAntiAffinityFilter,ServerGroupAffinityFilter,'
-            'SameHostFilter,DifferentHostFilter,GpuFilter',
+            'SameHostFilter,DifferentHostFilter,PciPassthroughFilter,'
+            'GpuFilter',
             sched['enabled_filters'][0])
+        # Whole GPUs and vendor-VFIO vGPUs: PCI in Placement, by alias.
+        self.assertEqual(['True'], sched['pci_in_placement'])
+        aliases = [json.loads(a) for a in conf['pci']['alias']]
+        self.assertEqual({'nvidia-vgpu': 'CUSTOM_NVIDIA_VGPU',
+                          'nvidia-gpu': 'CUSTOM_NVIDIA_GPU'},
+                         {a['name']: a['resource_class'] for a in aliases})
         self.assertEqual(
             ['nova.scheduler.weights.all_weighers'] + OUR_WEIGHERS,
             sched['weight_classes'][0].split(','))
@@ -141,7 +149,7 @@ class DevstackPluginTest(testtools.TestCase):
         self.assertEqual(
             'ComputeFilter,ComputeCapabilitiesFilter,ImagePropertiesFilter,'
             'ServerGroupAntiAffinityFilter,ServerGroupAffinityFilter,'
-            'GpuFilter', sched['enabled_filters'][0])
+            'PciPassthroughFilter,GpuFilter', sched['enabled_filters'][0])
 
     def test_post_config_twice_changes_nothing_more(self):
         self.run_phases('stack post-config')
@@ -161,14 +169,19 @@ class DevstackPluginTest(testtools.TestCase):
         self.assertNotIn('gpu_scheduler', conf)
 
     def test_post_config_writes_agent_and_compute_config(self):
+        spec = ('{"address":"0000:41:00.0",'
+                '"resource_class":"CUSTOM_NVIDIA_GPU"}')
         self.run_phases('stack post-config',
-                        env={'NOVA_GPU_MDEV_TYPES': 'nvidia-592,nvidia-593'})
+                        env={'NOVA_GPU_MDEV_TYPES': 'nvidia-592,nvidia-593',
+                             'NOVA_GPU_PCI_DEVICE_SPECS': spec})
         provider_dir = os.path.join(self.tmp, 'etc-nova', 'provider_config')
         conf = parse_ini(self.nova_conf)
         self.assertEqual([provider_dir + '/'],
                          conf['compute']['provider_config_location'])
         self.assertEqual(['nvidia-592,nvidia-593'],
                          conf['devices']['enabled_mdev_types'])
+        self.assertEqual([spec], conf['pci']['device_spec'])
+        self.assertEqual(['True'], conf['pci']['report_in_placement'])
         agent = parse_ini(self.agent_conf)['gpu_agent']
         self.assertEqual([os.path.join(provider_dir, 'nova-gpu.yaml')],
                          agent['provider_config_file'])

@@ -182,24 +182,23 @@ class NearMissKeyTest(base.TestCase):
 
 class MultiGpuPlacementTest(base.TestCase):
 
-    def test_whole_gpus_are_one_isolated_group_each(self):
-        # One provider per GPU with PGPU=1: resources:PGPU=4 in one group
-        # would need one provider holding four GPUs.
+    def test_whole_gpus_are_one_pci_alias_count(self):
+        # Whole GPUs are PCI devices in Placement (Nova publishes no PGPU):
+        # Nova turns the alias count into one request group per device,
+        # and each GPU is a provider of one, so 4 groups land on 4 GPUs.
         spec = flavor.parse({'gpu:kind': 'whole', 'gpu:count': '4'},
                             base.CATALOG)
-        self.assertEqual(
-            {'resources1:PGPU': '1', 'resources2:PGPU': '1',
-             'resources3:PGPU': '1', 'resources4:PGPU': '1',
-             'group_policy': 'isolate'},
-            flavor.placement_extra_specs(spec))
+        self.assertEqual({'pci_passthrough:alias': 'nvidia-gpu:4'},
+                         flavor.placement_extra_specs(spec))
         spec = flavor.parse({'gpu:kind': 'whole'}, base.CATALOG)
-        self.assertEqual({'resources:PGPU': '1'},
+        self.assertEqual({'pci_passthrough:alias': 'nvidia-gpu:1'},
                          flavor.placement_extra_specs(spec))
 
-    def test_isolated_whole_groups_match_the_count(self):
+    def test_whole_alias_count_matches_the_count(self):
         specs = {'gpu:kind': 'whole', 'gpu:count': '2',
-                 'resources1:PGPU': '1', 'resources2:PGPU': '1',
-                 'group_policy': 'isolate'}
+                 'pci_passthrough:alias': 'nvidia-gpu:2'}
         spec = flavor.parse(specs, base.CATALOG)
         self.assertIsNone(spec.problem)
         self.assertEqual((2, 2), (spec.units, spec.groups))
+        self.assertEqual('CUSTOM_NVIDIA_GPU', spec.resource_class)
+        self.assertEqual(flavor.PATH_PASSTHROUGH, spec.path)

@@ -102,8 +102,7 @@ class ParseTest(base.TestCase):
                           'group_policy': 'isolate'},
                          flavor.placement_extra_specs(spec))
         spec = parse(gpu__kind='whole', gpu__count='2')
-        self.assertEqual({'resources1:PGPU': '1', 'resources2:PGPU': '1',
-                          'group_policy': 'isolate'},
+        self.assertEqual({'pci_passthrough:alias': 'nvidia-gpu:2'},
                          flavor.placement_extra_specs(spec))
 
     def test_by_need_smallest_first(self):
@@ -137,3 +136,86 @@ class ParseTest(base.TestCase):
         spec = parse(gpu__profile='A100-10C', hw__cpu_policy='dedicated',
                      gpu__topology='numa', resources__VGPU='1')
         self.assertEqual('require', spec.alternatives[0].numa_affinity)
+
+
+class PathTest(base.TestCase):
+    """Each path's Placement / PCI keys, and what no path can serve."""
+
+    def test_mdev_is_the_default_vgpu_path(self):
+        spec = parse(gpu__profile='L40S-8C')
+        self.assertEqual(flavor.PATH_MDEV, spec.path)
+        self.assertEqual({'resources:VGPU': '1'},
+                         flavor.placement_extra_specs(spec))
+
+    def test_vendor_vfio_asks_the_alias_isolated(self):
+        spec = parse(gpu__profile='H100-20C', gpu__backend='vfio',
+                     gpu__count='2')
+        self.assertEqual(flavor.PATH_VFIO, spec.path)
+        self.assertEqual('CUSTOM_NVIDIA_VGPU', spec.resource_class)
+        keys = flavor.placement_extra_specs(spec)
+        self.assertEqual({'pci_passthrough:alias': 'nvidia-vgpu:2',
+                          'group_policy': 'isolate'}, keys)
+        keys['gpu:profile'] = 'H100-20C'
+        keys['gpu:backend'] = 'vfio'
+        keys['gpu:count'] = '2'
+        spec = parse(**{k.replace(':', '__'): v for k, v in keys.items()})
+        self.assertIsNone(spec.problem)
+        self.assertEqual((2, 2), (spec.units, spec.groups))
+
+    def test_one_vfio_vgpu_needs_no_group_policy(self):
+        spec = parse(gpu__profile='H100-20C', gpu__backend='vfio')
+        self.assertEqual({'pci_passthrough:alias': 'nvidia-vgpu:1'},
+                         flavor.placement_extra_specs(spec))
+
+    def test_backend_default_from_conf(self):
+        self.conf.set_override('vgpu_backend', 'vfio', 'gpu_scheduler')
+        spec = parse(gpu__profile='H100-20C')
+        self.assertEqual(flavor.PATH_VFIO, spec.path)
+        # Keys already on the flavor say which path it was made for.
+        spec = parse(gpu__profile='H100-20C', resources__VGPU='1')
+        self.assertEqual(flavor.PATH_MDEV, spec.path)
+        self.assertIsNone(spec.problem)
+
+    def test_alias_names_from_conf(self):
+        self.conf.set_override('whole_gpu_alias', 'gpu-pt', 'gpu_scheduler')
+        spec = parse(gpu__kind='whole')
+        self.assertEqual({'pci_passthrough:alias': 'gpu-pt:1'},
+                         flavor.placement_extra_specs(spec))
+
+    def test_stock_flavors_of_pci_paths(self):
+        spec = parse(pci_passthrough__alias='nvidia-gpu:2')
+        self.assertFalse(spec.explicit)
+        self.assertEqual(host_mod.WHOLE, spec.alternatives[0].kind)
+        self.assertEqual(2, spec.alternatives[0].count)
+        spec = parse(pci_passthrough__alias='nvidia-vgpu:1')
+        self.assertEqual(flavor.PATH_VFIO, spec.path)
+        self.assertEqual(host_mod.VGPU, spec.alternatives[0].kind)
+        # Two VFs without isolation may share one GPU's pool: Nova's.
+        self.assertIsNone(parse(pci_passthrough__alias='nvidia-vgpu:2'))
+        # Other aliases are not GPUs.
+        self.assertIsNone(parse(pci_passthrough__alias='nic:1'))
+
+    def test_refused_combinations_say_why(self):
+        for specs, words in (
+                ({'gpu__kind': 'whole', 'gpu__backend': 'vfio'},
+                 ['gpu:backend=vfio', 'vGPUs only',
+                  'pci_passthrough:alias=nvidia-gpu']),
+                ({'gpu__profile': 'H100-20C', 'resources__VGPU': '1',
+                  'pci_passthrough__alias': 'nvidia-vgpu:1'},
+                 ['both as mdevs', 'one path']),
+                ({'gpu__profile': 'H100-20C', 'gpu__backend': 'vfio',
+                  'resources__VGPU': '1'},
+                 ['asks vendor-VFIO VFs', 'resources:VGPU']),
+                ({'gpu__profile': 'H100-20C', 'gpu__backend': 'mdev',
+                  'pci_passthrough__alias': 'nvidia-vgpu:1'},
+                 ['asks mdev vGPUs', 'nvidia-vgpu']),
+                ({'gpu__backend': 'pci'}, ['unknown vGPU backend', 'vfio'])):
+            err = self.assertRaises(flavor.ExtraSpecError, parse, **specs)
+            for word in words:
+                self.assertIn(word, str(err))
+
+    def test_alias_counts(self):
+        self.assertEqual({'nvidia-gpu': 2, 'nic': 1},
+                         flavor.alias_counts({
+                             'pci_passthrough:alias': 'nvidia-gpu:2, nic'}))
+        self.assertEqual({}, flavor.alias_counts({}))

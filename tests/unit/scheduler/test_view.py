@@ -93,6 +93,27 @@ class ViewTest(base.TestCase):
         self.assertIs(spread, self.view.evaluate(entry, four, ranking,
                                                  (0, 1, 4, 5)))
 
+    def test_a_set_naming_one_gpu_twice_is_refused(self):
+        # Two VFs of GPU 0 map to (0, 0): one GPU, not two.
+        entry = self.add_host('h1', 'A100-40GB', vgpu_type='A100-10C')
+        two = spec(gpu__profile='A100-10C', gpu__count='2',
+                   resources1__VGPU='1', resources2__VGPU='1',
+                   group_policy='isolate')
+        ranking = self.view.ranking(entry, two)
+        self.assertIsNone(self.view.evaluate(entry, two, ranking, (0, 0)))
+        self.assertIsNotNone(self.view.evaluate(entry, two, ranking,
+                                                (0, 1)))
+
+    def test_costs_equal_but_for_float_noise_tie(self):
+        from nova_gpu.scheduler import ranking as ranking_mod
+        entry = self.add_host('h1', 'A100-40GB', vgpu_type='A100-10C')
+        first = self.view.ranking(entry, STOCK).items[0]
+        noisy = first.choice._replace(cost=first.choice.cost + 2e-16)
+        self.assertEqual(
+            first.key[:2],
+            ranking_mod.sort_key(STOCK, first.request, noisy,
+                                 first.free_milli, first.gpus)[:2])
+
     def test_memoised_until_the_host_changes(self):
         entry = self.add_host('h1', 'A100-40GB', vgpu_type='A100-10C')
         first = self.view.ranking(entry, STOCK)
@@ -143,23 +164,33 @@ class ViewTest(base.TestCase):
 
     def test_listener_endpoint_feeds_the_view(self):
         endpoint = listener.ReportEndpoint(self.view)
-        endpoint.info({}, 'nova-gpu-agent.h2', listener.EVENT_TYPE,
+        endpoint.info({}, 'nova-gpu-agent.h2', report_mod.EVENT_TYPE,
                       base.gpu_report('h2', 'T4', count=2), {})
         self.assertEqual(2, len(self.view.get('h2').host.gpus))
         # A bad report is dropped with a log line, not raised.
-        endpoint.info({}, 'x', listener.EVENT_TYPE, {'version': 99}, {})
+        endpoint.info({}, 'x', report_mod.EVENT_TYPE, {'version': 99}, {})
         self.assertIsNone(self.view.get('x'))
 
     def test_listener_and_agent_agree_on_the_event_type(self):
         from nova_gpu.agent import publisher
-        # One contract, in the core.
-        self.assertIs(report_mod.EVENT_TYPE, publisher.EVENT_TYPE)
-        self.assertIs(report_mod.EVENT_TYPE, listener.EVENT_TYPE)
+        # One contract, in the core: neither side spells it again.
+        self.assertFalse(hasattr(publisher, 'EVENT_TYPE'))
+        self.assertFalse(hasattr(listener, 'EVENT_TYPE'))
         rule = listener.ReportEndpoint.filter_rule
         self.assertTrue(rule.match({}, 'nova-gpu-agent.h1',
-                                   publisher.EVENT_TYPE, {}, {}))
+                                   report_mod.EVENT_TYPE, {}, {}))
         self.assertFalse(rule.match({}, 'nova-compute.h1',
                                     'compute.instance.create.end', {}, {}))
+
+    def test_every_report_topic_defaults_to_the_contract(self):
+        from nova_gpu import conf  # noqa: F401 - registers the options
+        groups = [g for g in ('gpu_scheduler', 'gpu_agent', 'gpu_exporter')
+                  if g in self.conf and 'report_topic' in self.conf[g]]
+        self.assertIn('gpu_scheduler', groups)
+        self.assertIn('gpu_agent', groups)
+        for group in groups:
+            opt = self.conf._get_opt_info('report_topic', group)['opt']
+            self.assertEqual(report_mod.TOPIC, opt.default, group)
 
     def test_demand_follows_requests(self):
         before = self.view.demand_version
@@ -172,7 +203,7 @@ class ViewTest(base.TestCase):
         self.now += self.conf.gpu_scheduler.demand_refresh_interval
         self.view.note_request(STOCK)
         self.assertEqual(before + 2, self.view.demand_version)
-        self.assertEqual(3, sum(self.view._counts.values()))
+        self.assertEqual(3, sum(self.view.demand.counts.values()))
 
 
 YEAR_MS = 365 * 24 * 3600 * 1000
@@ -187,7 +218,7 @@ class ReportSafetyTest(base.TestCase):
         self.endpoint = listener.ReportEndpoint(self.view)
 
     def send(self, payload, publisher='nova-gpu-agent.h1'):
-        return self.endpoint.info({}, publisher, listener.EVENT_TYPE,
+        return self.endpoint.info({}, publisher, report_mod.EVENT_TYPE,
                                   payload, {})
 
     def test_endpoint_never_raises_and_names_the_problem(self):
@@ -328,6 +359,19 @@ class ProvidersTest(base.TestCase):
         self.assertEqual(('3g.20gb', 4),
                          entry.mig_slot('uuid-h1_pci_0000_78_00_4'))
         self.assertIsNone(entry.mig_slot('uuid-h1_0000:58:00.0'))
+
+    def test_one_device_providers_known(self):
+        entry = self.view.ingest(self.report())
+        self.view.set_provider_uuids('h1', {
+            name: 'uuid-%s' % name for name in entry.providers})
+        # VFs with their one mdev; not the PF's or the PCI pool's.
+        self.assertEqual({'uuid-h1_pci_0000_38_00_4',
+                          'uuid-h1_pci_0000_38_00_5',
+                          'uuid-h1_pci_0000_78_00_4'}, entry.unit_uuids)
+        self.assertEqual({'uuid-h1_pci_0000_38_00_5'}, entry.claimed(
+            {'allocations': {'uuid-h1_pci_0000_38_00_5': {}, 'root': {}}}))
+        self.assertEqual(set(), entry.claimed(
+            {'allocations': {'uuid-h1_pci_0000_18_00_0': {}}}))
 
     def test_resolver_asked_for_every_provider(self):
         asked = []

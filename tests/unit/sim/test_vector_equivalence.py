@@ -104,8 +104,8 @@ class FragmentationEquivalenceTest(testtools.TestCase):
             memory = bool(trial % 2)
             typical = random_typical(rng)
             cluster, hosts = random_cluster(rng)
-            demand = state.Demand(typical, cluster.model_names,
-                                  memory=memory)
+            demand = state.DemandArrays(typical, cluster.model_names,
+                                        memory=memory)
             frag = cluster.track(demand)[3]
             core = core_demand(typical, memory)
             for i, host in enumerate(hosts):
@@ -117,7 +117,7 @@ class FragmentationEquivalenceTest(testtools.TestCase):
         rng = random.Random(7)
         typical = random_typical(rng)
         cluster, hosts = random_cluster(rng)
-        demand = state.Demand(typical, cluster.model_names)
+        demand = state.DemandArrays(typical, cluster.model_names)
         entry = cluster.track(demand)
         for i in range(len(hosts)):
             free = np.flatnonzero(cluster.left[i] >= 100)

@@ -1,0 +1,122 @@
+"""Versioned ``gpu.device.change`` notifications from nova-gpu-agent.
+
+After each cycle the agent compares the devices of its new report with
+those of the previous one: a device that appeared was created, one that
+went away was removed, and each device change reconcile rolled back (cut
+short by a crash) is a rollback. Each goes out as a
+``core.notification.DevicePayload`` (Nova's versioned-payload form) on
+the report topic and exchange, labelled with the Nova instance whose
+libvirt domain references the device when one does. The first cycle of
+an agent run sets the baseline and sends nothing. Sending never breaks
+the agent: a failed send is logged and forgotten.
+"""
+
+import datetime
+import uuid
+
+from oslo_log import log as logging
+import oslo_messaging as messaging
+
+from nova_gpu.agent import exporter
+from nova_gpu.core import notification
+from nova_gpu.core import report as report_mod
+
+LOG = logging.getLogger(__name__)
+
+
+def report_devices(report):
+    """{device key: (kind, GPU address, profile)} of a report (dict)."""
+    found = {}
+    for raw in report.get('gpus') or ():
+        address = raw.get('address') or ''
+        for dev in raw.get('devices') or ():
+            kind, detail = dev.get('kind'), dev.get('detail')
+            if kind == 'vgpu':
+                key = dev.get('uuid') or dev.get('vf')
+                if key:
+                    found[key] = (exporter.VGPU, address, detail)
+            elif kind == 'mig' and isinstance(detail, list) and \
+                    len(detail) == 3:
+                found['%s/mig@%s' % (address, detail[1])] = (
+                    exporter.MIG, address, detail[2] or detail[0])
+    return found
+
+
+def changes(before, after):
+    """(action, key, (kind, address, profile)) from one device map to
+    the next.
+    """
+    out = [('remove', k, before[k]) for k in sorted(set(before) - set(after))]
+    out += [('create', k, after[k]) for k in sorted(set(after) - set(before))]
+    return out
+
+
+class DeviceEvents:
+    """Sends the device changes of each agent cycle.
+
+    ``send(event_type, payload)`` defaults to a notification on ``[gpu_agent]
+    report_topic`` in ``report_exchange``, sent as the report publisher
+    sends reports (explicit exchange: the agent is not Nova, its control
+    exchange is not "nova").
+    """
+
+    def __init__(self, conf, host, libvirt=None, send=None):
+        self.host = host
+        self.libvirt = libvirt
+        self._devices = None
+        self._transport = None
+        if send is None:
+            opts = conf.gpu_agent
+            self._transport = messaging.get_notification_transport(conf)
+            self._target = messaging.Target(
+                topic='%s.info' % opts.report_topic,
+                exchange=opts.report_exchange)
+            send = self._send
+        self.send = send
+
+    def _send(self, event_type, payload):
+        message = {'message_id': str(uuid.uuid4()),
+                   'publisher_id': '%s.%s' % (report_mod.PUBLISHER,
+                                              self.host),
+                   'event_type': event_type, 'priority': 'INFO',
+                   'payload': payload,
+                   'timestamp': str(datetime.datetime.utcnow())}
+        self._transport._send_notification(self._target, {}, message,
+                                           version=2.0, retry=1)
+
+    def close(self):
+        if self._transport is not None:
+            self._transport.cleanup()
+
+    def observe(self, result, instances=None):
+        """Send the changes one agent cycle made; returns the payloads."""
+        devices = report_devices(result.get('report') or {})
+        found = []
+        if self._devices is not None:
+            found = changes(self._devices, devices)
+        for key in (result.get('reconcile') or {}).get('rolled_back', ()):
+            found.append(('rollback', key, (self._devices or {}).get(
+                key, ('unknown', None, None))))
+        self._devices = devices
+        if found and instances is None and self.libvirt is not None:
+            try:
+                instances = exporter.scan_domains(self.libvirt)
+            except Exception as e:
+                LOG.debug('device notifications without instances: %s', e)
+        payloads = [self._payload(action, kind, key, address, profile,
+                                  instances or {})
+                    for action, key, (kind, address, profile) in found]
+        for p in payloads:
+            try:
+                self.send(notification.DEVICE_EVENT, p.to_primitive())
+            except Exception as e:  # never break the agent's cycle
+                LOG.warning('device notification not sent: %s', e)
+        return payloads
+
+    def _payload(self, action, kind, key, address, profile, instances):
+        _name, uuid = instances.get(key, (None, None))
+        return notification.DevicePayload(
+            host=self.host, action=action, kind=kind, device=str(key)[:255],
+            gpu_address=address or None,
+            profile=str(profile)[:255] if profile else None,
+            instance_uuid=uuid or None)

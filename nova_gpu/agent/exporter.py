@@ -1,0 +1,465 @@
+"""Prometheus metrics of one GPU host, served by nova-gpu-agent (opt-in).
+
+With ``[gpu_agent] metrics_listen = ADDRESS:PORT`` the agent serves the
+Prometheus text format on ``http://ADDRESS:PORT/metrics``
+(``prometheus_client``); unset, nothing listens. What it exports, every
+series labelled with the compute ``host``:
+
+* per physical GPU (``gpu`` index, PCI ``address``, catalog ``model``):
+  ``nova_gpu_gpu_info`` (its ``mode``: vgpu, mig, passthrough or none; the
+  vGPU types and the MIG layout), ``nova_gpu_gpu_free_ratio`` (free
+  capacity as the scheduler counts it, 0..1 of the GPU), and, read from
+  NVML at scrape time, ``nova_gpu_gpu_utilization_ratio``,
+  ``nova_gpu_gpu_memory_used_bytes``, ``nova_gpu_gpu_memory_total_bytes``,
+  ``nova_gpu_gpu_power_watts``, ``nova_gpu_gpu_temperature_celsius``
+  (absent when NVML is, or cannot read that value: an absent series is
+  not a zero);
+* per device (vGPU mdev or VF, MIG instance, passthrough GPU):
+  ``nova_gpu_device_info`` with the Nova ``instance_uuid`` and libvirt
+  ``domain`` it is attached to (libvirt domains: Nova names a domain's
+  UUID after its instance), ``nova_gpu_device_attached`` (0 for a device
+  no domain references: leaked or orphaned), and, where NVML's vGPU APIs
+  give them, ``nova_gpu_vgpu_utilization_ratio`` and
+  ``nova_gpu_vgpu_memory_used_bytes`` labelled with the guest's VM UUID;
+* the agent's health: ``nova_gpu_agent_last_cycle_timestamp_seconds``,
+  ``nova_gpu_agent_last_reconcile_timestamp_seconds``,
+  ``nova_gpu_agent_cycles_total``, ``nova_gpu_agent_cycle_failures_total``,
+  ``nova_gpu_agent_reconcile_errors_total``,
+  ``nova_gpu_agent_device_rollbacks_total`` (device changes cut short and
+  undone: carve failures), ``nova_gpu_agent_orphans_removed_total``,
+  ``nova_gpu_agent_orphan_devices`` (unused devices in their grace
+  period), ``nova_gpu_agent_journal_intents`` (journal backlog),
+  ``nova_gpu_agent_unsent_reports`` (outbox backlog),
+  ``nova_gpu_agent_nvml_available``.
+
+Names follow the Prometheus conventions (base units in the name, ratios
+0..1, ``_total`` counters) as node_exporter and dcgm-exporter do. The
+collector keeps what the last agent cycle learnt and builds the series on
+each scrape; it never raises into the HTTP server: a value it cannot read
+is left out and logged at DEBUG.
+"""
+
+import threading
+import time
+
+from oslo_log import log as logging
+import prometheus_client
+from prometheus_client import core as prom_core
+
+from nova_gpu.agent import nvml as nvml_mod
+from nova_gpu.agent import xmlbuild
+from nova_gpu.core import catalog as catalog_mod
+from nova_gpu.core import exceptions
+from nova_gpu.core import host as host_mod
+from nova_gpu.core import report as report_mod
+
+LOG = logging.getLogger(__name__)
+
+PREFIX = 'nova_gpu_'
+GPU_LABELS = ('host', 'gpu', 'address', 'model')
+DEVICE_LABELS = ('host', 'gpu', 'kind', 'device', 'profile',
+                 'instance_uuid', 'domain')
+# NVML itself is thread-safe; this keeps two concurrent scrapes from
+# interleaving their reads of the vGPU sample buffers.
+nvml_lock = threading.Lock()
+# Device kinds as the metrics name them.
+VGPU, MIG, PASSTHROUGH = 'vgpu', 'mig', 'passthrough'
+
+
+def parse_listen(value):
+    """``'ADDRESS:PORT'`` -> (address, port); ``[::1]:9400`` for IPv6."""
+    text = (value or '').strip()
+    host, sep, port = text.rpartition(':')
+    if not sep or not host or not port.isdigit() or \
+            not 0 <= int(port) < 65536:
+        raise ValueError('[gpu_agent] metrics_listen must be ADDRESS:PORT '
+                         '(e.g. 0.0.0.0:9835), got %r' % (value,))
+    return host.strip('[]'), int(port)
+
+
+def domain_instances(domains):
+    """{mdev UUID or PCI address: (domain name, instance UUID)}.
+
+    ``domains``: (name, UUID, XML documents) of each libvirt domain. Nova
+    creates each guest's domain with the instance's UUID.
+    """
+    found = {}
+    for name, uuid, docs in domains:
+        for doc in docs:
+            try:
+                uuids, addrs = xmlbuild.hostdev_refs(doc)
+            except Exception as e:  # one odd domain hides no other
+                LOG.debug('domain %s: unreadable XML: %s', name, e)
+                continue
+            for key in uuids | addrs:
+                found.setdefault(key, (name, uuid))
+    return found
+
+
+def scan_domains(libvirt_host):
+    """The ``domain_instances`` of every domain libvirt knows."""
+    return domain_instances(libvirt_host.domains(
+        'listing domains for GPU metrics'))
+
+
+def _text(value):
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _gpu_mode(gpu, providers):
+    if gpu.mig_enabled:
+        return MIG
+    kinds = {p.kind for p in providers}
+    if kinds & {report_mod.PF_MDEV, report_mod.VF_MDEV,
+                report_mod.PCI_POOL} or gpu.vgpus:
+        return VGPU
+    if report_mod.PCI_DEVICE in kinds:
+        return PASSTHROUGH
+    return 'none'
+
+
+class HostCollector:
+    """Builds the host's series from the last cycle plus live NVML."""
+
+    def __init__(self, host, nvml=None, catalog=None, clock=time.time):
+        self.host = host
+        self.nvml = nvml
+        self.catalog = catalog or catalog_mod.load_catalog()
+        self.clock = clock
+        self._lock = threading.Lock()
+        self._report = None        # the last published report (dict)
+        self._parsed = None        # and its core form
+        self._instances = {}
+        self._health = {'cycles': 0, 'failures': 0, 'reconcile_errors': 0,
+                        'rollbacks': 0, 'orphans_removed': 0,
+                        'orphans_waiting': 0, 'last_cycle': None,
+                        'last_reconcile': None, 'journal_intents': None,
+                        'unsent_reports': None}
+
+    # -- fed by the agent's service loop --------------------------------
+
+    def observe(self, result, instances=None, journal_intents=None):
+        """Take in one agent cycle's result (``Agent.cycle``)."""
+        report = result.get('report')
+        try:
+            parsed = report_mod.parse(report, self.catalog)
+        except exceptions.GpuError as e:
+            LOG.warning('GPU metrics: the cycle\'s report does not parse '
+                        '(%s); keeping the previous one', e)
+            parsed = None
+        now = self.clock()
+        with self._lock:
+            h = self._health
+            h['cycles'] += 1
+            h['last_cycle'] = now
+            if parsed is not None:
+                self._report, self._parsed = report, parsed
+            if instances is not None:
+                self._instances = dict(instances)
+            reconcile = result.get('reconcile')
+            if reconcile is not None:
+                h['last_reconcile'] = now
+                h['reconcile_errors'] += len(reconcile.get('errors', ()))
+                h['rollbacks'] += len(reconcile.get('rolled_back', ()))
+                h['orphans_removed'] += len(reconcile.get('removed', ()))
+                h['orphans_waiting'] = len(reconcile.get('waiting', ()))
+            if journal_intents is not None:
+                h['journal_intents'] = journal_intents
+            if result.get('unsent_reports') is not None:
+                h['unsent_reports'] = result['unsent_reports']
+
+    def failed(self):
+        """An agent cycle raised."""
+        with self._lock:
+            self._health['failures'] += 1
+
+    # -- prometheus_client collector protocol ---------------------------
+
+    def describe(self):
+        # No descriptions: registering must not run a collection.
+        return []
+
+    def collect(self):
+        with self._lock:
+            report, parsed = self._report, self._parsed
+            instances = dict(self._instances)
+            health = dict(self._health)
+        families = []
+        families.extend(self._health_families(health))
+        if parsed is not None:
+            families.extend(self._gpu_families(report, parsed, instances))
+        families.extend(self._nvml_families(parsed))
+        return families
+
+    # -- the series -----------------------------------------------------
+
+    def _gauge(self, name, doc, labels=('host',)):
+        return prom_core.GaugeMetricFamily(PREFIX + name, doc,
+                                           labels=list(labels))
+
+    def _counter(self, name, doc):
+        # prometheus_client adds the _total suffix.
+        return prom_core.CounterMetricFamily(PREFIX + name, doc,
+                                             labels=['host'])
+
+    def _health_families(self, h):
+        host = [self.host]
+        out = []
+        for name, key, doc in (
+                ('agent_cycles', 'cycles', 'Agent cycles run.'),
+                ('agent_cycle_failures', 'failures',
+                 'Agent cycles that failed.'),
+                ('agent_reconcile_errors', 'reconcile_errors',
+                 'Device errors reconcile met (failed rollbacks, starts, '
+                 'orphan removals).'),
+                ('agent_device_rollbacks', 'rollbacks',
+                 'Device changes cut short (a crash mid-carve) that '
+                 'reconcile rolled back.'),
+                ('agent_orphans_removed', 'orphans_removed',
+                 'Unused GPU devices reconcile removed.')):
+            c = self._counter(name, doc)
+            c.add_metric(host, h[key])
+            out.append(c)
+        for name, key, doc in (
+                ('agent_last_cycle_timestamp_seconds', 'last_cycle',
+                 'When the last agent cycle ended (Unix time).'),
+                ('agent_last_reconcile_timestamp_seconds', 'last_reconcile',
+                 'When reconcile last ran (Unix time).'),
+                ('agent_journal_intents', 'journal_intents',
+                 'Device changes recorded in the intent journal and not '
+                 'finished (backlog).'),
+                ('agent_unsent_reports', 'unsent_reports',
+                 'GPU reports in the outbox waiting for the broker.')):
+            if h[key] is None:
+                continue
+            g = self._gauge(name, doc)
+            g.add_metric(host, h[key])
+            out.append(g)
+        g = self._gauge('agent_orphan_devices',
+                        'Unused GPU devices waiting out the orphan grace '
+                        'period.')
+        g.add_metric(host, h['orphans_waiting'])
+        out.append(g)
+        g = self._gauge('agent_nvml_available',
+                        '1 when the agent reads GPUs through NVML.')
+        g.add_metric(host, int(bool(self.nvml and self.nvml.available)))
+        out.append(g)
+        return out
+
+    def _gpu_families(self, report, parsed, instances):
+        info = self._gauge(
+            'gpu_info', 'A physical GPU and its mode (vgpu, mig, '
+            'passthrough, none); value 1.',
+            GPU_LABELS + ('mode', 'vgpu_types', 'mig_layout'))
+        free = self._gauge('gpu_free_ratio', 'Free capacity of a GPU as the '
+                           'scheduler counts it (0..1).', GPU_LABELS)
+        dev_info = self._gauge(
+            'device_info', 'A GPU device (vGPU, MIG instance, passthrough '
+            'GPU) and the Nova instance it is attached to; value 1.',
+            DEVICE_LABELS)
+        attached = self._gauge(
+            'device_attached', '1 when a libvirt domain references the '
+            'device, 0 when none does (leaked or orphaned).',
+            ('host', 'gpu', 'kind', 'device'))
+        providers = {}
+        for p in parsed.providers:
+            providers.setdefault(p.gpu, []).append(p)
+        for raw, gpu in zip(sorted(report['gpus'], key=lambda g: g['index']),
+                            parsed.host.gpus):
+            mine = providers.get(gpu.index, [])
+            mode = _gpu_mode(gpu, mine)
+            labels = [self.host, str(gpu.index), gpu.address,
+                      gpu.model.name]
+            types = sorted({p.vgpu_type for p in mine if p.vgpu_type}
+                           | set(gpu.vgpus))
+            layout = ','.join('%s@%d' % (name, start) for start, name in
+                              sorted((s, n) for n, s in
+                                     _mig_slots(raw)))
+            info.add_metric(labels + [mode, ','.join(types), layout], 1)
+            free.add_metric(labels, gpu.free_milli / host_mod.MILLI)
+            for kind, device, profile in _devices(raw, gpu, mine):
+                name, uuid = instances.get(device, ('', ''))
+                dev_info.add_metric([self.host, str(gpu.index), kind,
+                                     device, profile, uuid, name], 1)
+                attached.add_metric([self.host, str(gpu.index), kind,
+                                     device], int(bool(name)))
+        return [info, free, dev_info, attached]
+
+    def _nvml_families(self, parsed):
+        nvml = self.nvml
+        if nvml is None or not nvml.available:
+            return []
+        lib = nvml.lib
+        gauges = {
+            'util': self._gauge('gpu_utilization_ratio', 'Share of time a '
+                                'kernel ran on the GPU (NVML, 0..1).',
+                                GPU_LABELS),
+            'used': self._gauge('gpu_memory_used_bytes', 'GPU framebuffer '
+                                'memory in use (NVML).', GPU_LABELS),
+            'total': self._gauge('gpu_memory_total_bytes', 'GPU framebuffer '
+                                 'memory (NVML).', GPU_LABELS),
+            'power': self._gauge('gpu_power_watts', 'GPU power draw '
+                                 '(NVML).', GPU_LABELS),
+            'temp': self._gauge('gpu_temperature_celsius', 'GPU core '
+                                'temperature (NVML).', GPU_LABELS),
+            'vutil': self._gauge('vgpu_utilization_ratio', 'Share of time '
+                                 'a vGPU\'s work ran on the GPU (NVML).',
+                                 ('host', 'gpu', 'vgpu', 'device',
+                                  'instance_uuid')),
+            'vmem': self._gauge('vgpu_memory_used_bytes', 'Framebuffer a '
+                                'vGPU uses (NVML).',
+                                ('host', 'gpu', 'vgpu', 'device',
+                                 'instance_uuid')),
+        }
+        models = {}
+        if parsed is not None:
+            models = {g.address: g.model.name for g in parsed.host.gpus}
+
+        def read(fn, *args):
+            try:
+                return fn(*args)
+            except Exception as e:  # NVMLError, NotSupported, missing API
+                LOG.debug('NVML %s: %s', getattr(fn, '__name__', fn), e)
+                return None
+        with nvml_lock:
+            count = read(lib.nvmlDeviceGetCount) or 0
+            for index in range(count):
+                dev = read(lib.nvmlDeviceGetHandleByIndex, index)
+                pci = dev is not None and read(lib.nvmlDeviceGetPciInfo, dev)
+                if not pci:
+                    continue
+                address = nvml_mod.normalise_bus_id(pci.busId)
+                model = models.get(address) or _text(
+                    read(lib.nvmlDeviceGetName, dev) or '')
+                labels = [self.host, str(index), address, model]
+                util = read(lib.nvmlDeviceGetUtilizationRates, dev)
+                if util is not None:
+                    gauges['util'].add_metric(labels, util.gpu / 100.0)
+                mem = read(lib.nvmlDeviceGetMemoryInfo, dev)
+                for key, field in (('used', 'used'), ('total', 'total')):
+                    value = getattr(mem, field, None)
+                    if value is not None:
+                        gauges[key].add_metric(labels, value)
+                power = read(lib.nvmlDeviceGetPowerUsage, dev)
+                if power is not None:
+                    gauges['power'].add_metric(labels, power / 1000.0)
+                temp = read(lib.nvmlDeviceGetTemperature, dev,
+                            lib.NVML_TEMPERATURE_GPU)
+                if temp is not None:
+                    gauges['temp'].add_metric(labels, temp)
+                self._vgpus(lib, read, dev, index, gauges)
+        return list(gauges.values())
+
+    def _vgpus(self, lib, read, dev, index, gauges):
+        vgpus = read(lib.nvmlDeviceGetActiveVgpus, dev) or []
+        if not vgpus:
+            return
+        samples = read(lib.nvmlDeviceGetVgpuUtilization, dev, 0) or []
+        util = {int(s.vgpuInstance): s.smUtil.uiVal for s in samples}
+        for vgpu in vgpus:
+            vm = read(lib.nvmlVgpuInstanceGetVmID, vgpu)
+            uuid = ''
+            if vm and vm[1] == getattr(lib, 'NVML_VGPU_VM_ID_UUID', 1):
+                uuid = _text(vm[0]).lower()
+            mdev = _mdev_of(lib, read, vgpu)
+            labels = [self.host, str(index), str(int(vgpu)), mdev, uuid]
+            if int(vgpu) in util:
+                gauges['vutil'].add_metric(labels, util[int(vgpu)] / 100.0)
+            fb = read(lib.nvmlVgpuInstanceGetFbUsage, vgpu)
+            if fb is not None:
+                gauges['vmem'].add_metric(labels, fb)
+
+
+def _mdev_of(lib, read, vgpu):
+    fn = getattr(lib, 'nvmlVgpuInstanceGetMdevUUID', None)
+    return _text(read(fn, vgpu) or '').lower() if fn else ''
+
+
+def _mig_slots(raw):
+    for dev in raw.get('devices') or ():
+        if dev.get('kind') == host_mod.MIG and dev.get('detail'):
+            yield dev['detail'][0], dev['detail'][1]
+
+
+def _devices(raw, gpu, providers):
+    """(kind, device key, profile) of each device on one GPU.
+
+    The key is what a domain's XML references: an mdev UUID or a PCI
+    address (VF or passthrough PF); a MIG instance without a vGPU is
+    named ``<GPU address>/mig@<start slice>``.
+    """
+    for dev in raw.get('devices') or ():
+        kind = dev.get('kind')
+        detail = dev.get('detail')
+        if kind == host_mod.VGPU:
+            yield VGPU, (dev.get('uuid') or dev.get('vf') or ''), detail
+        elif kind == host_mod.MIG:
+            profile, start, vgpu = detail
+            yield MIG, '%s/mig@%d' % (gpu.address, start), vgpu or profile
+    if any(p.kind == report_mod.PCI_DEVICE for p in providers) \
+            and not gpu.mig_enabled and not gpu.vgpus:
+        yield PASSTHROUGH, gpu.address, gpu.model.name
+
+
+class _Off:
+    """What ``serve`` returns when metrics are off: does nothing."""
+
+    collector = None
+
+    def observe(self, result):
+        pass
+
+    def failed(self):
+        pass
+
+    def stop(self):
+        pass
+
+
+class MetricsServer:
+    """The agent's exporter: a collector on its own registry and port."""
+
+    def __init__(self, agent, address, port):
+        self.agent = agent
+        self.collector = HostCollector(agent.host, agent.nvml, agent.catalog)
+        self.registry = prometheus_client.CollectorRegistry()
+        self.registry.register(self.collector)
+        self._server, self._thread = prometheus_client.start_http_server(
+            port, addr=address, registry=self.registry)
+        self.port = self._server.server_port
+        LOG.info('GPU metrics on http://%s:%d/metrics', address, self.port)
+
+    def observe(self, result):
+        instances = None
+        if self.agent.libvirt is not None:
+            try:
+                instances = scan_domains(self.agent.libvirt)
+            except Exception as e:  # metrics never break the agent
+                LOG.warning('GPU metrics: cannot list domains: %s', e)
+        try:
+            intents = len(self.agent.journal.intents())
+        except Exception as e:
+            LOG.warning('GPU metrics: cannot read the journal: %s', e)
+            intents = None
+        self.collector.observe(result, instances, intents)
+
+    def failed(self):
+        self.collector.failed()
+
+    def stop(self):
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(5)
+
+
+def serve(conf, agent):
+    """Start the exporter if ``[gpu_agent] metrics_listen`` is set.
+
+    Returns an object with ``observe(cycle result)``, ``failed()`` and
+    ``stop()``; a do-nothing one when metrics are off.
+    """
+    listen = conf.gpu_agent.metrics_listen
+    if not listen:
+        return _Off()
+    address, port = parse_listen(listen)
+    return MetricsServer(agent, address, port)

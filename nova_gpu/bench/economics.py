@@ -1,0 +1,132 @@
+"""Power benchmark: idle hosts per policy, and what consolidation saves.
+
+Replays the Alibaba default task list with departures
+(``nova_gpu.sim.power``: each task's own lifetime, arrivals at an offered
+load of half the GPU capacity, the list three times in a row) with each
+simulator policy, without and with consolidation by the move planner,
+and prints one table; then, at an offered load of 90%, the large (4- and
+8-GPU) tasks refused without and with defragmentation by the planner.
+Needs the trace (``../shared/traces/alibaba-gpu-v2023`` or
+``$NOVA_GPU_TRACE_DIR``); without it, says so.
+
+    python -m nova_gpu.bench.economics [--quick]
+"""
+
+import argparse
+import multiprocessing
+import os
+import sys
+
+import prettytable
+
+from nova_gpu.sim import power
+from nova_gpu.sim import trace as trace_mod
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__))))
+TRACE_DIR = os.environ.get('NOVA_GPU_TRACE_DIR') or os.path.join(
+    os.path.dirname(REPO), 'shared', 'traces', 'alibaba-gpu-v2023')
+POLICIES = ('random', 'bestfit', 'fgd', 'nova', 'ours')
+LOAD = 0.5
+DEFRAG_LOAD = 0.9  # near full: where large requests are refused
+REPEAT = 3
+ROUNDS = 50  # consolidation rounds over the replay
+
+
+def _workload(repeat, load=None):
+    nodes = trace_mod.load_nodes(os.path.join(
+        TRACE_DIR, 'openb_node_list_gpu_node.csv'))
+    path = os.path.join(TRACE_DIR, 'openb_pod_list_default.csv')
+    tasks = trace_mod.load_tasks(path)
+    created, deleted = power.load_lifetimes(path, tasks)
+    tasks, arrive, leave = power.at_load(
+        tasks, created, deleted, nodes.total_gpu_milli, load or LOAD,
+        repeat=repeat, seed=42)
+    return nodes, tasks, arrive, leave
+
+
+def _one(args):
+    policy, consolidate, repeat = args
+    nodes, tasks, arrive, leave = _workload(repeat)
+    return power.replay_power(nodes, tasks, arrive, leave, policy,
+                              consolidate=consolidate,
+                              period_s=float(arrive.max()) / ROUNDS)
+
+
+def _defrag(args):
+    policy, defrag = args
+    nodes, tasks, arrive, leave = _workload(1, DEFRAG_LOAD)
+    return power.replay_power(nodes, tasks, arrive, leave, policy,
+                              defrag=defrag, samples=0)
+
+
+def defrag_table(pool, policies):
+    """Large (4- and 8-GPU) tasks refused, without and with defrag."""
+    results = pool.map(_defrag, [(p, d) for p in policies
+                                 for d in (False, True)])
+    table = prettytable.PrettyTable([
+        'policy', 'defrag', 'placed', 'refused', 'large refused',
+        'placed by moves', 'migrations', 'GiB moved', 'seconds'])
+    for r in results:
+        table.add_row([r.policy, 'yes' if r.defrag else 'no', r.placed,
+                       r.refused, r.large_refused, r.defragmented,
+                       r.migrations, round(r.memory_moved_gib, 1),
+                       round(r.seconds, 1)])
+    print('Large requests with defragmentation by live migration: offered '
+          'load %.0f%%, default task list once' % (DEFRAG_LOAD * 100))
+    print(table)
+
+
+def run(quick=False):
+    if not os.path.isdir(TRACE_DIR):
+        print('SKIPPED: no trace at %s' % TRACE_DIR)
+        return None
+    repeat = 1 if quick else REPEAT
+    policies = ('bestfit', 'nova') if quick else POLICIES
+    jobs = [(p, c, repeat) for p in policies for c in (False, True)]
+    pool = multiprocessing.Pool(min(2, os.cpu_count() or 1))
+    try:
+        results = pool.map(_one, jobs)
+        power_table(results, repeat)
+        defrag_table(pool, policies)
+    finally:
+        pool.close()
+        pool.join()
+    return True
+
+
+def power_table(results, repeat):
+    """Idle hosts and GPU-hours, without and with consolidation."""
+    table = prettytable.PrettyTable([
+        'policy', 'consolidate', 'placed', 'refused', 'idle GPU-h',
+        'mean idle hosts', 'drains', 'migrations', 'GiB moved',
+        'idle GPU-h saved', 'seconds'])
+    plain = {}
+    for r in results:
+        if not r.consolidate:
+            plain[r.policy] = r.idle_gpu_hours
+        saved = r.idle_gpu_hours - plain.get(r.policy, r.idle_gpu_hours)
+        table.add_row([r.policy, 'yes' if r.consolidate else 'no',
+                       r.placed, r.refused, round(r.idle_gpu_hours),
+                       round(r.mean_idle_hosts, 1), r.drains, r.migrations,
+                       round(r.memory_moved_gib, 1),
+                       round(saved) if r.consolidate else '',
+                       round(r.seconds, 1)])
+    hours = results[0].samples[-1][0] if results[0].samples else 0
+    print('Replay with departures: %d hosts, %d GPUs, offered load %.0f%%, '
+          'default task list x%d, %.1f h of arrivals'
+          % (results[0].hosts, results[0].gpus, LOAD * 100, repeat, hours))
+    print(table)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog='python -m nova_gpu.bench.'
+                                     'economics')
+    parser.add_argument('--quick', action='store_true',
+                        help='two policies, the task list once')
+    args = parser.parse_args(argv)
+    return 0 if run(quick=args.quick) is not False else 1
+
+
+if __name__ == '__main__':
+    sys.exit(main())

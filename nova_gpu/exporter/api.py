@@ -1,0 +1,168 @@
+"""The exporter's HTTP server: /metrics and a small read-only JSON API.
+
+``openstack gpu`` (``nova_gpu.osc``) reads the JSON API; Prometheus
+scrapes /metrics. Both show the same ``CloudState``. Routes (GET only)::
+
+    /metrics                    Prometheus text format
+    /v1/hosts                   {"hosts": [host summary, ...]}
+    /v1/hosts/<host>            host summary + "gpus" + "free_devices"
+    /v1/capacity                {"capacity": [{model, kind, profile,
+                                               free, hosts}, ...]}
+    /v1/providers               {"providers": [{name, host, gpu, kind,
+                                   address, vfs, vgpu_type, mig}, ...]}
+
+Unknown paths answer 404, other methods 405, both with a JSON error.
+"""
+
+import json
+import socketserver
+import threading
+from wsgiref import simple_server
+
+import prometheus_client
+
+from nova_gpu.core import host as host_mod
+
+MILLI = float(host_mod.MILLI)
+
+
+def _summary(entry, figures, now, stale_after):
+    age = max(0.0, now - entry.received)
+    return {
+        'host': entry.name,
+        'nodename': entry.report.nodename,
+        'generation': entry.report.generation,
+        'gpus': len(entry.report.host.gpus),
+        'models': dict(sorted(figures.gpus.items())),
+        'free_gpus': figures.free_milli / MILLI,
+        'fragmentation_gpus': round(figures.fragmentation_milli / MILLI, 6),
+        'fragmentation_ratio': round(
+            figures.fragmentation_milli / figures.capacity_milli
+            if figures.capacity_milli else 0.0, 6),
+        'stranded_gpus': figures.stranded_milli / MILLI,
+        'report_age_seconds': round(age, 3),
+        'stale': age > stale_after,
+    }
+
+
+def _gpu(gpu, raw, providers):
+    return {
+        'index': gpu.index, 'address': gpu.address, 'model': gpu.model.name,
+        'numa_node': gpu.numa_node, 'mig_enabled': gpu.mig_enabled,
+        'vgpu_types': list(gpu.vgpu_types or ()),
+        'free_ratio': gpu.free_milli / MILLI,
+        'devices': list(raw.get('devices') or ()),
+        'providers': [p.name for p in providers],
+    }
+
+
+class Api:
+    def __init__(self, state, registry, stale_after):
+        self.state = state
+        self.stale_after = stale_after
+        self.metrics = prometheus_client.make_wsgi_app(registry)
+
+    def __call__(self, environ, start_response):
+        path = environ.get('PATH_INFO', '/').rstrip('/') or '/'
+        if path == '/metrics':
+            return self.metrics(environ, start_response)
+        if environ.get('REQUEST_METHOD', 'GET') not in ('GET', 'HEAD'):
+            return self._reply(start_response, 405,
+                               {'error': 'read-only API: GET only'})
+        parts = path.strip('/').split('/')
+        try:
+            if parts[:1] != ['v1']:
+                raise LookupError('no such path: %s' % path)
+            body = self.route(parts[1:])
+        except LookupError as e:
+            return self._reply(start_response, 404, {'error': str(e)})
+        return self._reply(start_response, 200, body)
+
+    @staticmethod
+    def _reply(start_response, status, body):
+        data = json.dumps(body, sort_keys=True).encode()
+        start_response('%d %s' % (status, {200: 'OK', 404: 'Not Found',
+                                           405: 'Method Not Allowed'}
+                                  [status]),
+                       [('Content-Type', 'application/json'),
+                        ('Content-Length', str(len(data)))])
+        return [data]
+
+    def route(self, parts):
+        figures = self.state.figures()
+        now = self.state.clock()
+        if parts == ['hosts']:
+            return {'hosts': [_summary(e, f, now, self.stale_after)
+                              for _n, (e, f) in sorted(figures.items())]}
+        if len(parts) == 2 and parts[0] == 'hosts':
+            if parts[1] not in figures:
+                raise LookupError('no GPU report from host %s' % parts[1])
+            entry, f = figures[parts[1]]
+            body = _summary(entry, f, now, self.stale_after)
+            by_gpu = {}
+            for p in entry.report.providers:
+                by_gpu.setdefault(p.gpu, []).append(p)
+            raws = sorted(entry.raw['gpus'], key=lambda g: g['index'])
+            body['gpus'] = [_gpu(g, raw, by_gpu.get(g.index, ()))
+                            for g, raw in zip(entry.report.host.gpus, raws)]
+            body['free_devices'] = [
+                {'model': m, 'kind': k, 'profile': p, 'free': n}
+                for (m, k, p), n in sorted(f.free_devices.items())]
+            return body
+        if parts == ['capacity']:
+            totals = {}
+            for _n, (_e, f) in figures.items():
+                for key, n in f.free_devices.items():
+                    free, hosts = totals.get(key, (0, 0))
+                    totals[key] = (free + n, hosts + (1 if n else 0))
+            return {'capacity': [
+                {'model': m, 'kind': k, 'profile': p, 'free': free,
+                 'hosts': hosts}
+                for (m, k, p), (free, hosts) in sorted(totals.items())]}
+        if parts == ['providers']:
+            return {'providers': [
+                {'name': p.name, 'host': e.name, 'gpu': p.gpu,
+                 'gpu_address': e.report.host.gpus[p.gpu].address,
+                 'model': e.report.host.gpus[p.gpu].model.name,
+                 'kind': p.kind, 'address': p.address,
+                 'resource_class': p.resource_class,
+                 'vgpu_type': p.vgpu_type, 'vfs': list(p.vfs),
+                 'mig': list(p.mig) if p.mig else None}
+                for _n, (e, _f) in sorted(figures.items())
+                for p in e.report.providers]}
+        raise LookupError('no such path: /v1/%s' % '/'.join(parts))
+
+
+class _Server(socketserver.ThreadingMixIn, simple_server.WSGIServer):
+    daemon_threads = True
+
+
+class _QuietHandler(simple_server.WSGIRequestHandler):
+    def log_message(self, *args):
+        pass  # one line per scrape is noise
+
+
+class HttpServer:
+    """Serves ``app`` on ``address:port`` (0: any free port) in a thread."""
+
+    def __init__(self, app, address, port):
+        server_class = _Server
+        if ':' in address:
+            import socket
+
+            class _Server6(_Server):
+                address_family = socket.AF_INET6
+            server_class = _Server6
+        self.httpd = simple_server.make_server(
+            address, port, app, server_class=server_class,
+            handler_class=_QuietHandler)
+        self.port = self.httpd.server_port
+        self.thread = threading.Thread(target=self.httpd.serve_forever,
+                                       name='nova-gpu-exporter-http',
+                                       daemon=True)
+        self.thread.start()
+
+    def stop(self):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+        self.thread.join(5)

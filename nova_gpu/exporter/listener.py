@@ -1,0 +1,66 @@
+"""The exporter's notification listener: reports and nova-gpu events.
+
+It listens on the report topic in its own pool (``nova-gpu-exporter``),
+so it receives every report alongside the schedulers without taking any
+from them. Like the scheduler's endpoint it never raises: a bad message is
+logged at WARNING and dropped, and touches no other host.
+"""
+
+from oslo_log import log as logging
+import oslo_messaging as messaging
+
+from nova_gpu.core import notification
+from nova_gpu.core import report as report_mod
+
+LOG = logging.getLogger(__name__)
+POOL = 'nova-gpu-exporter'
+
+
+def _shown(value):
+    text = value if isinstance(value, str) else repr(value)
+    return text if len(text) <= 100 else text[:97] + '...'
+
+
+class Endpoint:
+    filter_rule = messaging.NotificationFilter(
+        event_type='^(%s)$' % '|'.join(
+            e.replace('.', r'\.') for e in
+            (report_mod.EVENT_TYPE,) + notification.EVENT_TYPES))
+
+    def __init__(self, state):
+        self.state = state
+
+    def info(self, ctxt, publisher_id, event_type, payload, metadata):
+        try:
+            if event_type == report_mod.EVENT_TYPE:
+                self.state.ingest_report(payload)
+            elif event_type == notification.REFUSAL_EVENT:
+                self.state.ingest_refusal(
+                    notification.parse(event_type, payload))
+            elif event_type == notification.PLACEMENT_EVENT:
+                self.state.ingest_placement(
+                    notification.parse(event_type, payload))
+            elif event_type == notification.DEVICE_EVENT:
+                self.state.ingest_device(
+                    notification.parse(event_type, payload))
+        except Exception as e:
+            LOG.warning('Dropping %s from %s: %s', event_type,
+                        _shown(publisher_id), e)
+        return messaging.NotificationResult.HANDLED
+
+
+class Listener:
+    def __init__(self, state, transport, topic, exchange=None,
+                 pool=POOL):
+        target = messaging.Target(topic=topic, exchange=exchange)
+        self.server = messaging.get_notification_listener(
+            transport, [target], [Endpoint(state)], executor='threading',
+            pool=pool)
+
+    def start(self):
+        self.server.start()
+        return self
+
+    def stop(self):
+        self.server.stop()
+        self.server.wait()

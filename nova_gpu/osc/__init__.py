@@ -1,0 +1,1 @@
+"""``openstack gpu ...``: the python-openstackclient plugin of nova-gpu."""

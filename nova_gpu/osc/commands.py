@@ -1,0 +1,210 @@
+"""``openstack gpu host list|show``, ``gpu capacity``, ``gpu server show``.
+
+Each is an osc-lib command (cliff ``Lister`` / ``ShowOne``), so ``-f
+json|yaml|csv|value|table`` and ``-c COLUMN`` work as for every
+OpenStackClient command; structured fields come out as JSON/YAML lists
+and objects, not strings.
+"""
+
+import logging
+
+from osc_lib.cli import format_columns
+from osc_lib.command import command
+from osc_lib import exceptions
+
+LOG = logging.getLogger(__name__)
+
+HOST_COLUMNS = (
+    ('Host', 'host'), ('GPUs', 'gpus'), ('Models', 'models'),
+    ('Free GPUs', 'free_gpus'), ('Fragmentation', 'fragmentation_ratio'),
+    ('Stranded GPUs', 'stranded_gpus'),
+    ('Report Age (s)', 'report_age_seconds'), ('Stale', 'stale'))
+
+# Flavor extra specs that name a device directly (nova_gpu.scheduler.flavor
+# documents them all; gpu:memory-style flavors are resolved by the
+# scheduler, which the CLI does not run).
+PROFILE_KEY, MIG_KEY, KIND_KEY = 'gpu:profile', 'gpu:mig', 'gpu:kind'
+MODEL_KEY, COUNT_KEY = 'gpu:model', 'gpu:count'
+
+
+def _host_row(host):
+    values = dict(host, models=format_columns.DictColumn(host['models']))
+    return tuple(values[key] for _title, key in HOST_COLUMNS)
+
+
+class ListHosts(command.Lister):
+    """List the GPU hosts the agents report, with free capacity and
+    fragmentation.
+    """
+
+    auth_required = False  # the exporter's API only
+
+    def take_action(self, parsed_args):
+        hosts = self.app.client_manager.gpu.hosts()
+        return ([t for t, _k in HOST_COLUMNS],
+                [_host_row(h) for h in hosts])
+
+
+class ShowHost(command.ShowOne):
+    """Show one GPU host: its GPUs, their devices and what still fits."""
+
+    auth_required = False  # the exporter's API only
+
+    def get_parser(self, prog_name):
+        parser = super().get_parser(prog_name)
+        parser.add_argument('host', metavar='<host>',
+                            help='Compute host name, as nova-compute '
+                                 'reports it')
+        return parser
+
+    def take_action(self, parsed_args):
+        host = self.app.client_manager.gpu.host(parsed_args.host)
+        titles = [t for t, _k in HOST_COLUMNS]
+        values = list(_host_row(host))
+        titles += ['Node', 'Generation', 'GPU Devices', 'Free Devices']
+        values += [host['nodename'], host['generation'],
+                   format_columns.ListDictColumn(host['gpus']),
+                   format_columns.ListDictColumn(
+                       [d for d in host['free_devices'] if d['free']])]
+        return titles, values
+
+
+def flavor_device(extra_specs):
+    """(kind, profile, models, count) a flavor's ``gpu:`` specs name."""
+    specs = extra_specs or {}
+    count = specs.get(COUNT_KEY, '1')
+    try:
+        count = int(count)
+    except ValueError:
+        raise exceptions.CommandError('%s=%r is not a number'
+                                      % (COUNT_KEY, count))
+    models = {m.strip() for m in specs.get(MODEL_KEY, '').split(',')
+              if m.strip()} or None
+    if PROFILE_KEY in specs:
+        return 'vgpu', specs[PROFILE_KEY], models, count
+    if MIG_KEY in specs:
+        return 'mig', specs[MIG_KEY], models, count
+    if specs.get(KIND_KEY) == 'whole':
+        return 'whole', 'whole', models, count
+    raise exceptions.CommandError(
+        'the flavor names no GPU device with %s, %s or %s=whole (a '
+        'gpu:memory flavor is resolved by the scheduler): use --profile'
+        % (PROFILE_KEY, MIG_KEY, KIND_KEY))
+
+
+class Capacity(command.Lister):
+    """How many more devices of each profile fit in the cloud now."""
+
+    # Only --flavor asks Nova: authentication is set up then (_extra_specs)
+    auth_required = False
+
+    def get_parser(self, prog_name):
+        parser = super().get_parser(prog_name)
+        parser.add_argument('--model', metavar='<model>', action='append',
+                            help='Only this GPU model (repeatable)')
+        parser.add_argument('--profile', metavar='<profile>',
+                            help='Only this vGPU type, MIG profile or '
+                                 '"whole"')
+        parser.add_argument('--flavor', metavar='<flavor>',
+                            help='Only the device this flavor asks for '
+                                 '(its gpu:profile, gpu:mig or '
+                                 'gpu:kind=whole, gpu:model and gpu:count)')
+        parser.add_argument('--all', action='store_true',
+                            help='Also list profiles with nothing free')
+        return parser
+
+    def take_action(self, parsed_args):
+        rows = self.app.client_manager.gpu.capacity()
+        models = set(parsed_args.model or ()) or None
+        profile, kind, count = parsed_args.profile, None, 1
+        if parsed_args.flavor:
+            kind, profile, flavor_models, count = flavor_device(
+                self._extra_specs(parsed_args.flavor))
+            if flavor_models:
+                models = (models or flavor_models) & flavor_models
+        selected = [r for r in rows
+                    if (models is None or r['model'] in models)
+                    and (profile is None or r['profile'] == profile)
+                    and (kind is None or r['kind'] == kind)
+                    and (parsed_args.all or parsed_args.flavor
+                         or parsed_args.profile or r['free'])]
+        if (parsed_args.flavor or parsed_args.profile) and not selected:
+            raise exceptions.CommandError(
+                'no GPU in the cloud offers %s%s' % (profile, (
+                    ' on %s' % ', '.join(sorted(models)) if models else '')))
+        columns = ['Model', 'Kind', 'Profile', 'Free', 'Hosts']
+        values = [[r['model'], r['kind'], r['profile'], r['free'],
+                   r['hosts']] for r in selected]
+        if parsed_args.flavor:
+            # each device of a server is on its own GPU: this is an upper
+            # bound when a flavor asks several
+            columns.append('Servers (at most)')
+            for v in values:
+                v.append(v[3] // count)
+        return columns, [tuple(v) for v in values]
+
+    def _extra_specs(self, name):
+        manager = self.app.client_manager
+        if not getattr(manager, '_auth_required', True):
+            # OpenStackClient skipped authentication for this command;
+            # Nova needs it
+            manager._auth_required = True
+            manager.setup_auth()
+        conn = manager.sdk_connection
+        flavor = conn.compute.find_flavor(name, ignore_missing=False)
+        specs = getattr(flavor, 'extra_specs', None)
+        if specs is None:
+            specs = conn.compute.fetch_flavor_extra_specs(flavor).extra_specs
+        return specs or {}
+
+
+class ShowServer(command.ShowOne):
+    """Show which physical GPU, VF and slice a server's devices are on.
+
+    Reads the server's host from Nova, its GPU allocations from Placement
+    and what each allocated provider stands for from nova-gpu-exporter.
+    """
+
+    GPU_CLASSES = ('VGPU', 'PGPU')
+
+    def get_parser(self, prog_name):
+        parser = super().get_parser(prog_name)
+        parser.add_argument('server', metavar='<server>',
+                            help='Server (name or ID)')
+        return parser
+
+    def take_action(self, parsed_args):
+        conn = self.app.client_manager.sdk_connection
+        server = conn.compute.find_server(parsed_args.server,
+                                          ignore_missing=False)
+        allocations = conn.placement.get(
+            '/allocations/%s' % server.id,
+            microversion='1.28').json().get('allocations', {})
+        providers = {p['name']: p for p in
+                     self.app.client_manager.gpu.providers()}
+        devices = []
+        for rp_uuid, alloc in sorted(allocations.items()):
+            resources = alloc.get('resources', {})
+            if not any(rc in self.GPU_CLASSES or rc.startswith('CUSTOM_')
+                       for rc in resources):
+                continue
+            name = conn.placement.get('/resource_providers/%s' % rp_uuid,
+                                      microversion='1.14').json()['name']
+            known = providers.get(name)
+            for rc, amount in sorted(resources.items()):
+                if known is None and not rc.startswith(self.GPU_CLASSES):
+                    continue  # a CUSTOM_ class of something else
+                entry = {'provider': name, 'resource_class': rc,
+                         'amount': amount}
+                if known:
+                    entry.update({k: known[k] for k in (
+                        'host', 'gpu', 'gpu_address', 'model', 'kind',
+                        'address', 'vgpu_type', 'mig', 'vfs')})
+                devices.append(entry)
+        flavor = getattr(server, 'flavor', None) or {}
+        return (['ID', 'Name', 'Host', 'Flavor', 'GPU Devices'],
+                [server.id, server.name, getattr(server, 'compute_host',
+                                                 None),
+                 flavor.get('original_name') or flavor.get('name') or
+                 flavor.get('id'),
+                 format_columns.ListDictColumn(devices)])

@@ -1,0 +1,470 @@
+"""The compute hosts as the scheduler knows them: one job, their state.
+
+Reports come in (``Hosts.ingest``), Placement provider UUIDs are mapped to
+GPU indices (``HostEntry.gpus_of``), and the placements this scheduler
+chose are counted as pending claims until the host's next report
+(``Hosts.claim``). Nothing here ranks or decides.
+
+Why a stale host cannot double-allocate: the scheduler only *orders and
+prunes* the allocation candidates Placement returned for a request, and
+every one of them already fits Placement's inventory and usage at query
+time. Nova then claims candidate 0 through Placement, which refuses the
+claim if another scheduler got there first, and Nova moves on. A stale
+host can make a worse choice, never an over-commitment. Between reports
+the claims this scheduler chose are counted, so that a multi-create
+spreads its instances the way the policy wants without waiting for the
+agent.
+
+One Placement client: provider names come in the report (the core's
+naming rules, ``core.report.mdev_provider_name`` / ``pci_provider_name``)
+and are resolved to UUIDs here, once per change of a host's providers,
+through Nova's own report client (``PlacementResolver``); see
+doc/source/architecture.rst for why the scheduler, not the agent, does it.
+"""
+
+import functools
+import operator
+import sys
+import threading
+import weakref
+
+import cachetools
+from oslo_config import cfg
+from oslo_log import log as logging
+
+from nova_gpu.core import exceptions
+from nova_gpu.core import host as host_mod
+from nova_gpu.core import report as report_mod
+
+CONF = cfg.CONF
+LOG = logging.getLogger(__name__)
+
+# Candidate provider sets mapped to GPU indices, per host, at most.
+MAX_PROVIDER_SETS = 512
+# Contained errors remembered (logged once each) for hosts without a report.
+MAX_UNREPORTED_FAILURES = 1000
+# Per-host failures remembered per report (each logged once).
+MAX_FAILURES = 100
+# Distinct shared topologies, model sets and class sets (server types).
+MAX_SHARED = 4096
+# Provider kinds that hold exactly one device (inventory total 1): a VF
+# with its one mdev, a whole GPU as one PCI device. A claim fills them.
+UNIT_KINDS = frozenset((report_mod.VF_MDEV, report_mod.PCI_DEVICE))
+
+
+@functools.lru_cache(maxsize=MAX_SHARED)
+def _shared(value):
+    """One copy of an immutable value that many hosts hold alike.
+
+    10,000 hosts of one server type have the same topology, models and
+    provider classes: they share one object each (the first one seen,
+    which the cache returns for every equal value) instead of holding
+    10,000 equal ones.
+    """
+    return value
+
+
+_ALLOCATIONS = operator.itemgetter('allocations')
+# Attribute of a shared core Host holding its state's number (``key``).
+_STATE_ATTR = '_nova_gpu_state_key'
+
+
+class HostEntry:
+    """One compute node as the scheduler sees it."""
+
+    __slots__ = ('nodename', 'host', 'own_host', 'providers', 'migs',
+                 'gpu_classes', 'uuids', 'mig_uuids', 'generation',
+                 'boot_id', 'version', 'pending', 'models', 'received',
+                 'rp_sets', 'topology_key', 'state_key', 'failures',
+                 'last_ranking', 'drivers', 'unit_names', 'unit_uuids')
+
+    def __init__(self, nodename, host, providers, generation, received,
+                 provider_info=None, boot_id=None, drivers=None):
+        self.nodename = nodename
+        # core.drivers.DriverInfo the report carried (GpuDriverFilter).
+        self.drivers = drivers
+        # The host as reported, shared with every host reported in the same
+        # state (``Hosts.ingest``) until a claim gives this entry its own
+        # copy (``own_host``).
+        self.host = host
+        self.own_host = False
+        self.providers = providers  # provider name -> GPU index
+        info = (provider_info or {}).values()
+        # provider name -> (MIG profile, start) of MIG-backed providers
+        self.migs = {p.name: p.mig for p in info if p.mig} or None
+        # Names, then UUIDs, of providers holding one device (UNIT_KINDS):
+        # a multi-create's earlier claim on one fills it (``claimed``).
+        self.unit_names = frozenset(
+            p.name for p in info if p.kind in UNIT_KINDS) or None
+        self.unit_uuids = None
+        # Resource classes a report listed for this host's GPU providers:
+        # an allocation of one of them is a GPU allocation.
+        self.gpu_classes = _shared(frozenset(p.resource_class for p in info))
+        self.uuids = {}  # provider UUID -> GPU index
+        self.mig_uuids = None  # provider UUID -> MIG slot (``migs``)
+        self.rp_sets = None  # candidate's provider UUIDs -> GPU indices
+        self.generation = generation
+        self.boot_id = boot_id
+        self.version = 0
+        self.pending = []  # (expiry, placement) chosen since the report
+        # Problems met ranking this report (logged once each per report).
+        self.failures = None
+        # What a ranking depends on besides the request: equal keys on two
+        # hosts give equal rankings, so hosts in the same state share one.
+        self.topology_key = _shared((
+            tuple((g.numa_node, g.pcie_switch, tuple(sorted(g.nvlink_peers)))
+                  for g in host.gpus),
+            tuple((c.id, c.cpu_milli, c.memory_mib)
+                  for _, c in sorted(host.cells.items()))))
+        self.state_key = None
+        # (memo key, Ranking) of the last ranking asked: a host unchanged
+        # since the last request finds it without a shared-cache lookup.
+        self.last_ranking = None
+        self.models = _shared(frozenset(
+            m for g in host.gpus for m in (g.model.name,) + g.model.aliases))
+        self.received = received
+
+    def mig_slot(self, rp_uuid):
+        """(MIG profile, start) behind a MIG-backed VF provider, or None."""
+        return self.mig_uuids.get(rp_uuid) if self.mig_uuids else None
+
+    def changed(self):
+        self.version += 1
+        self.state_key = None
+        self.host.__dict__.pop(_STATE_ATTR, None)
+
+    def key(self, intern):
+        """A small int naming this host's state (``intern`` assigns it).
+
+        A shared reported state never changes (claims copy it first), so
+        its number is kept on the shared Host for every host in it.
+        """
+        if self.state_key is None:
+            host = self.host
+            shared = not self.own_host
+            key = getattr(host, _STATE_ATTR, None) if shared else None
+            if key is None:
+                key = intern((
+                    self.topology_key,
+                    tuple([g.fit_key() for g in host.gpus]),
+                    host.cpu_milli, host.cpu_used, host.memory_mib,
+                    host.memory_used))
+                if shared:
+                    setattr(host, _STATE_ATTR, key)
+            self.state_key = key
+        return self.state_key
+
+    def claimed(self, candidate):
+        """Providers of ``candidate`` that a claim of it fills (one
+        device each), as a frozenset (empty when none or unknown).
+        """
+        units = self.unit_uuids
+        if not units:
+            return frozenset()
+        return units.intersection(candidate['allocations'])
+
+    def first_failure(self, who, why):
+        """True the first time ``(who, why)`` happens on this report."""
+        if self.failures is None:
+            self.failures = cachetools.LRUCache(MAX_FAILURES)
+        return _first(self.failures, (who, why))
+
+    def gpu_sets(self, candidates, resource_class):
+        """``gpus_of`` of each candidate, as a tuple.
+
+        Memoised per candidate list (the common case: Placement offers a
+        host the same candidates request after request) and per
+        candidate's provider set; the key is built at C speed.
+        """
+        key = tuple(map(tuple, map(_ALLOCATIONS, candidates)))
+        sets = self.rp_sets
+        if sets is not None:
+            found = sets.get(key)
+            if found is not None:
+                return found
+        found = tuple([self.gpus_of(c, resource_class) for c in candidates])
+        sets = self.rp_sets  # gpus_of made it
+        if len(sets) < MAX_PROVIDER_SETS:
+            sets[key] = found
+        return found
+
+    def gpus_of(self, candidate, resource_class):
+        """Sorted GPU indices a candidate allocates on, or None if unknown.
+
+        Any provider a report listed counts (PF or VF VGPU providers, PCI
+        in Placement pools and devices); an allocation of a GPU resource
+        class (VGPU, PGPU, or a class a report listed for a GPU provider
+        of this host) on a provider this host cannot name makes the set
+        unknown.
+        """
+        allocations = candidate['allocations']
+        rps = tuple(allocations)
+        sets = self.rp_sets
+        if sets is None:
+            sets = self.rp_sets = {}
+        else:
+            found = sets.get(rps, False)
+            if found is not False:
+                return found
+        uuids = self.uuids
+        gpus = [uuids.get(rp_uuid) for rp_uuid in rps]
+        if None in gpus:
+            gpus = self._known_gpus(allocations, resource_class)
+        found = tuple(sorted(gpus)) if gpus is not None else None
+        # A plain dict that stops learning when full (not a cachetools
+        # cache): this lookup runs for every candidate of every host of
+        # every request, and a C-level dict.get keeps it off Nova's
+        # per-host cost; the set of candidates Placement offers a host is
+        # small and stable, so a full memo rarely misses.
+        if len(sets) < MAX_PROVIDER_SETS:
+            sets[rps] = found
+        return found
+
+    def _known_gpus(self, allocations, resource_class):
+        """GPU indices of a candidate with providers that are not GPUs
+        (the root's VCPU, say), or None if one is a GPU provider this
+        host cannot name.
+        """
+        gpus = []
+        uuids = self.uuids
+        classes = None
+        for rp_uuid in allocations:
+            index = uuids.get(rp_uuid)
+            if index is not None:
+                gpus.append(index)
+                continue
+            if classes is None:
+                classes = self.gpu_classes | {
+                    resource_class, 'VGPU', 'PGPU',
+                    CONF.gpu_scheduler.vgpu_resource_class,
+                    CONF.gpu_scheduler.whole_gpu_resource_class}
+            if not classes.isdisjoint(allocations[rp_uuid]['resources']):
+                return None  # a GPU provider this host cannot name yet
+        return gpus
+
+
+_UNREPORTED = cachetools.LRUCache(MAX_UNREPORTED_FAILURES)
+
+
+def first_failure(entry, nodename, who, why):
+    """True the first time ``(who, why)`` happens on this host's report
+    (or, without a report, on this host: bounded).
+    """
+    if entry is not None:
+        return entry.first_failure(who, why)
+    return _first(_UNREPORTED, (nodename, who, why))
+
+
+def _first(cache, key):
+    if key in cache:
+        return False
+    cache[key] = True
+    return True
+
+
+class Hosts:
+    """Every host's GPUs, from agent reports, plus claims not yet reported.
+
+    Thread-safe: nova-scheduler may run several requests at once.
+    """
+
+    def __init__(self, catalog, resolver=None, clock=None, lock=None):
+        self.catalog = catalog
+        self.resolver = resolver
+        self.clock = clock
+        self._hosts = {}
+        self._lock = lock or threading.RLock()
+        # Hosts reported in the same state share one core Host (content
+        # -> Host); kept only while an entry holds it.
+        self._same = weakref.WeakValueDictionary()
+
+    def get(self, nodename):
+        return self._hosts.get(nodename)
+
+    def remove(self, nodename):
+        with self._lock:
+            self._hosts.pop(nodename, None)
+
+    def __len__(self):
+        return len(self._hosts)
+
+    # -- reports ------------------------------------------------------------
+
+    def ingest(self, report):
+        """Replace a host's GPUs with a fresh report; return its entry.
+
+        Raises ``core.report.ReportError`` (naming host and field) for a
+        malformed report, before anything changes. Returns the entry kept,
+        which is the old one when the report is stale.
+
+        Generations never freeze a host. A report whose generation is
+        lower than the one held is an out-of-order delivery, ignored,
+        unless (a) it carries another ``boot_id`` than the held one (the
+        agent restarted, whatever its clock says) or (b) the held report
+        arrived more than ``[gpu_scheduler] generation_reset_after``
+        seconds ago (an agent whose clock ran ahead, e.g. a year, and was
+        set back; a report that old would have been superseded by now if
+        the agent were still counting up from it). Both are logged at
+        WARNING. Generations that are not integers in 0..2**53-1 (``inf``,
+        floats, strings) are refused by the parser.
+        """
+        parsed = report_mod.parse(report, self.catalog)
+        providers = {sys.intern(p.name): p.gpu for p in parsed.providers}
+        host = parsed.host
+        content = host.content()
+        with self._lock:
+            host = self._same.setdefault(content, host)
+        entry = HostEntry(parsed.nodename, host, providers,
+                          parsed.generation, self.clock(),
+                          provider_info=parsed.provider_map(),
+                          boot_id=parsed.boot_id,
+                          drivers=getattr(parsed, 'drivers', None))
+        with self._lock:
+            old = self._hosts.get(entry.nodename)
+            if old is not None and not self._newer(old, entry):
+                return old
+            known = False
+            if old is not None:
+                # Same providers keep their UUIDs; the report supersedes
+                # every claim counted so far.
+                entry.version = old.version + 1
+                if old.providers == providers:
+                    entry.uuids = old.uuids
+                    entry.mig_uuids = old.mig_uuids
+                    entry.unit_uuids = old.unit_uuids
+                    known = len(old.uuids) == len(providers)
+            self._hosts[entry.nodename] = entry
+        if not known:
+            self.resolve(entry)
+        return entry
+
+    def _newer(self, old, entry):
+        """Whether ``entry`` replaces ``old`` (see ``ingest``)."""
+        if entry.generation >= old.generation:
+            return True
+        if entry.boot_id is not None and entry.boot_id != old.boot_id:
+            LOG.warning('GPU report %d of %s is older than the one held '
+                        '(%d) but comes from a new agent run (boot_id %s, '
+                        'was %s): accepted', entry.generation,
+                        entry.nodename, old.generation, entry.boot_id,
+                        old.boot_id)
+            return True
+        age = self.clock() - old.received
+        bound = CONF.gpu_scheduler.generation_reset_after
+        if age > bound:
+            LOG.warning('GPU report %d of %s is older than the one held '
+                        '(%d), which arrived %.0f s ago (more than '
+                        '[gpu_scheduler] generation_reset_after = %d s): '
+                        'accepted; the agent\'s generations went back '
+                        '(clock set back?)', entry.generation,
+                        entry.nodename, old.generation, age, bound)
+            return True
+        LOG.debug('Ignoring GPU report %d of %s: have %d (out of order)',
+                  entry.generation, entry.nodename, old.generation)
+        return False
+
+    # -- provider UUIDs -----------------------------------------------------
+
+    def resolve(self, entry):
+        """Learn the Placement UUID of each GPU provider (off the hot path)."""
+        if self.resolver is None or not entry.providers:
+            return
+        try:
+            found = self.resolver(entry.nodename, sorted(entry.providers))
+        except Exception as e:  # the next report retries
+            LOG.warning('Cannot resolve the GPU providers of %s yet: %s',
+                        entry.nodename, e)
+            return
+        self._set_uuids(entry, found)
+
+    def _set_uuids(self, entry, uuids_by_name):
+        providers = entry.providers
+        uuids = {sys.intern(uuid): providers[name]
+                 for name, uuid in uuids_by_name.items()
+                 if name in providers}
+        migs = entry.migs
+        mig_uuids = migs and {uuid: migs[name]
+                              for name, uuid in uuids_by_name.items()
+                              if name in migs}
+        units = entry.unit_names
+        unit_uuids = units and frozenset(
+            uuid for name, uuid in uuids_by_name.items() if name in units)
+        with self._lock:
+            entry.uuids = uuids
+            entry.mig_uuids = mig_uuids or None
+            entry.unit_uuids = unit_uuids or None
+            entry.rp_sets = None
+
+    def set_provider_uuids(self, nodename, uuids_by_name):
+        """Record provider UUIDs learnt elsewhere (tests, tools)."""
+        self._set_uuids(self._hosts[nodename], uuids_by_name)
+
+    # -- claims -------------------------------------------------------------
+
+    def claim(self, entry, placement):
+        """Count ``placement`` until the host's next report or the TTL."""
+        # Rankings are shared by hosts in the same state: the placement
+        # may name another of them.
+        placement = host_mod.Placement(entry.nodename, placement.slots,
+                                       placement.numa_node,
+                                       placement.cpu_milli,
+                                       placement.memory_mib)
+        with self._lock:
+            if not entry.own_host:
+                # Copy on write: other hosts share the reported state.
+                entry.host = entry.host.copy(entry.nodename)
+                entry.own_host = True
+            try:
+                entry.host.allocate(placement)
+            except exceptions.GpuError as e:
+                LOG.debug('Not counting claim on %s: %s', entry.nodename, e)
+                return
+            ttl = CONF.gpu_scheduler.pending_claim_ttl
+            entry.pending.append((self.clock() + ttl, placement))
+            entry.changed()
+
+    def expire(self, entry):
+        """Forget the claims of ``entry`` whose TTL has passed."""
+        pending = entry.pending
+        if not pending or pending[0][0] > self.clock():
+            return
+        with self._lock:
+            now = self.clock()
+            keep = []
+            for expiry, placement in entry.pending:
+                if expiry > now:
+                    keep.append((expiry, placement))
+                    continue
+                try:
+                    entry.host.free(placement)
+                except exceptions.GpuError:
+                    pass
+            entry.pending = keep
+            entry.changed()
+
+
+class PlacementResolver:
+    """Provider name -> UUID through Nova's Placement report client."""
+
+    def __init__(self, client=None):
+        self._client = client
+
+    def _get(self, url):
+        if self._client is None:
+            from nova.scheduler.client import report
+            self._client = report.report_client_singleton()
+        resp = self._client.get(url, version='1.14')
+        if not resp:
+            raise exceptions.GpuError('GET %s: %s' % (url, resp.status_code))
+        return resp.json()['resource_providers']
+
+    def __call__(self, nodename, names):
+        roots = self._get('/resource_providers?name=%s' % nodename)
+        if not roots:
+            raise exceptions.GpuError('no resource provider named %s'
+                                      % nodename)
+        tree = self._get('/resource_providers?in_tree=%s'
+                         % roots[0]['uuid'])
+        wanted = set(names)
+        return {rp['name']: rp['uuid'] for rp in tree
+                if rp['name'] in wanted}
