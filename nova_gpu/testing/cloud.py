@@ -571,11 +571,20 @@ class GpuCloudTestCase(test_vgpu.VGPUTestBase):
     # nova-scheduler services started, each with its own GPU view fed by
     # the same reports (as several scheduler hosts in production).
     SCHEDULERS = 1
+    # [DEFAULT] max_concurrent_builds of the computes (None: Nova's 10).
+    # Every compute of the harness runs in this one process: concurrent
+    # builds of one multi-create there have tripped oslo.db ("Can't
+    # upgrade a READER transaction to a WRITER mid-transaction" in the
+    # resource tracker's claim), which says nothing of the scheduling a
+    # test checks. 1 builds one instance at a time.
+    MAX_CONCURRENT_BUILDS = None
 
     def _setup_scheduler_service(self):
         # Runs before any service starts: the place for nova.conf.
         self.flags(api_paste_config=os.path.join(
             sys.prefix, 'etc', 'nova', 'api-paste.ini'), group='wsgi')
+        if self.MAX_CONCURRENT_BUILDS is not None:
+            self.flags(max_concurrent_builds=self.MAX_CONCURRENT_BUILDS)
         for group, values in self.NOVA_CONF.items():
             self.flags(group=group, **values)
         self._generations = itertools.count(1)

@@ -146,6 +146,7 @@ class MultiCreateTest(cloud.GpuCloudTestCase):
     """
 
     HOSTS = (cloud.GpuHost('t4', 'T4', 'T4-8C', gpus=2, numa=(0, 1)),)
+    MAX_CONCURRENT_BUILDS = 1
 
     def host_of(self, server):
         return self.admin_api.get_server(server['id'])[
