@@ -146,6 +146,22 @@ class HttpServer:
     """Serves ``app`` on ``address:port`` (0: any free port) in a thread."""
 
     def __init__(self, app, address, port):
+        self._green = None
+        if _eventlet_patched():
+            # Under eventlet's monkey patching (a process that also runs
+            # Nova's services, e.g. the functional tests), a thread
+            # blocking in the standard library's selector would stop every
+            # green thread: eventlet's own WSGI server serves instead.
+            import eventlet
+            import eventlet.wsgi
+            import socket
+            sock = eventlet.listen((address, port), family=(
+                socket.AF_INET6 if ':' in address else socket.AF_INET))
+            self.port = sock.getsockname()[1]
+            self._green = (sock, eventlet.spawn(
+                eventlet.wsgi.server, sock, app, log_output=False,
+                debug=False))
+            return
         server_class = _Server
         if ':' in address:
             import socket
@@ -163,6 +179,20 @@ class HttpServer:
         self.thread.start()
 
     def stop(self):
+        if self._green is not None:
+            sock, thread = self._green
+            thread.kill()
+            sock.close()
+            return
         self.httpd.shutdown()
         self.httpd.server_close()
         self.thread.join(5)
+
+
+def _eventlet_patched():
+    """Whether eventlet has monkey patched this process's sockets."""
+    try:
+        from eventlet import patcher
+    except ImportError:
+        return False
+    return patcher.is_monkey_patched('socket')
