@@ -233,6 +233,10 @@ def service_stopping(manager):
             found.stop()
         except Exception:
             LOG.exception('Error stopping the GPU report listener')
+    # The filter's refusal notifier: nothing of the plugin's messaging
+    # outlives the service.
+    from nova_gpu.scheduler import notifications
+    notifications.reset()
 
 
 def bind_to_scheduler_service():

@@ -47,7 +47,25 @@ def _get_notifier():
                 transport, driver='messagingv2',
                 publisher_id='%s:%s' % (PUBLISHER, socket.gethostname()),
                 topics=[CONF.gpu_scheduler.report_topic])
+            # Ours to close (reset); a notifier set by set_notifier is not.
+            _notifier._nova_gpu_transport = transport
         return _notifier
+
+
+def reset():
+    """Drop the notifier built from the configuration and close its
+    transport (the scheduler service is stopping): its broker connection
+    and heartbeat thread must not outlive the service.
+    """
+    global _notifier
+    with _lock:
+        notifier, _notifier = _notifier, None
+    transport = getattr(notifier, '_nova_gpu_transport', None)
+    if transport is not None:
+        try:
+            transport.cleanup()
+        except Exception as e:  # stopping never fails on a notifier
+            LOG.warning('closing the GPU notification transport: %s', e)
 
 
 def set_notifier(notifier):
