@@ -19,6 +19,7 @@ from nova_gpu.agent import journal as journal_mod
 from nova_gpu.agent import libvirt_host
 from nova_gpu.agent import nvml as nvml_mod
 from nova_gpu.agent import placement
+from nova_gpu.agent import planning
 from nova_gpu.agent import provider_config
 from nova_gpu.agent import reconcile
 from nova_gpu.agent import restore as restore_mod
@@ -59,6 +60,14 @@ class Agent:
         self._generation = 0
         self.boot_id = uuid.uuid4().hex
         self._placement = None
+        # Carve to demand ([gpu_agent] carve_enabled): the demand the
+        # service's listener feeds, and the loop that plans with it.
+        self.demand = None
+        self.planning = None
+        if opts.carve_enabled:
+            self.demand = planning.source_from_conf(conf)
+            self.planning = planning.PlanningLoop.from_conf(
+                conf, self, self.demand)
 
     def close(self):
         if self.libvirt is not None:
@@ -106,9 +115,21 @@ class Agent:
         start = time.perf_counter()
         inventory = self.discover()
         timings['discover_s'] = time.perf_counter() - start
+        carved = None
+        if self.planning is not None and self.planning.due():
+            start = time.perf_counter()
+            try:
+                carved = self.planning.run(inventory)
+            except Exception:  # the report goes out all the same
+                LOG.exception('carve to demand failed; planning again '
+                              'next time')
+            timings['carve_s'] = time.perf_counter() - start
+            if carved and carved['changed']:
+                inventory = self.discover()  # report the new layouts
         report = inventory.report(generation=self.next_generation())
         # A restarted agent's lower generation is accepted at once.
         report['boot_id'] = self.boot_id
+        self._add_layouts(report)
         if self.conf.gpu_agent.placement_cloud:
             try:
                 if self._placement is None:
@@ -130,4 +151,22 @@ class Agent:
         pending = publisher.publish(report) if publisher else None
         return {'reconcile': result.as_dict() if result else None,
                 'report': report, 'provider_config_changed': changed,
-                'unsent_reports': pending, 'timings': timings}
+                'unsent_reports': pending, 'timings': timings,
+                'carve': carved}
+
+    def _add_layouts(self, report):
+        """Add each carved GPU's layout to ``report`` (``layout``).
+
+        An additive field: the schedulers' views and operators can read it.
+        """
+        if self.planning is None:
+            return
+        try:
+            layouts = self.carver.store.load()
+        except Exception as e:  # the report goes out without them
+            LOG.warning('cannot read the carved layouts: %s', e)
+            return
+        for gpu in report.get('gpus', ()):
+            layout = layouts.get(gpu.get('address'))
+            if layout is not None:
+                gpu['layout'] = carver_mod.layout_to_dict(layout)

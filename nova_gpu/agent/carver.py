@@ -9,10 +9,11 @@ This module makes it so, through the device manager (journalled steps):
   NVML cannot tell), and a failed create rolls the GPU back to what it
   held;
 * a time-sliced type: nothing to make ahead. The VF's type is written just
-  in time (``doc/source/carving.rst``); the layout is recorded so the
-  scheduler's view and the restore at boot know it;
-* passthrough: recorded; the PF stays as it is (binding is done at attach
-  by libvirt's managed hostdev).
+  in time (``doc/source/carving.rst``); idle VFs typed otherwise are
+  cleared for it; the layout is recorded so the scheduler's view and the
+  restore at boot know it;
+* passthrough: idle typed VFs cleared, recorded; the PF stays as it is
+  (binding is done at attach by libvirt's managed hostdev).
 
 What was carved is kept in ``layouts.json`` in the agent's state
 directory (atomic replace, fsync'd), so that ``nova_gpu.agent.restore``
@@ -21,6 +22,7 @@ can make it again after a reboot.
 
 import json
 import os
+import re
 
 from oslo_log import log as logging
 
@@ -31,6 +33,7 @@ from nova_gpu.core import layout as layout_mod
 LOG = logging.getLogger(__name__)
 STORE_NAME = 'layouts.json'
 STORE_VERSION = 1
+_VENDOR_PREFIX = re.compile(r'^(GRID|NVIDIA)\s+', re.I)
 
 
 def layout_to_dict(layout):
@@ -124,9 +127,45 @@ class Carver:
         address = nvml.address(index)
         if layout.kind == layout_mod.MIG:
             self.apply_mig(index, model, layout)
+        else:
+            self.clear_other_vf_types(address, layout)
         self.store.set(address, layout)
         LOG.info('GPU %d (%s) carved: %s', index, address,
                  layout.describe())
+
+    def clear_other_vf_types(self, address, layout):
+        """Clear the vGPU type of the GPU's idle VFs that ``layout`` does
+        not serve (another time-sliced type, or passthrough), so that the
+        ``qemu`` hook can set the new one just in time.
+
+        Each through the device manager (journalled; a VF a domain
+        references is refused with InUse, and the layout is then not
+        recorded). Nothing without sysfs.
+        """
+        fs = self.manager.sysfs
+        if fs is None:
+            return []
+        try:
+            pf = fs.pci_function(address)
+            vfs = [fs.pci_function(vf) for vf in pf.vfs]
+        except errors.NotFound:
+            return []
+        names = {}
+        for vf in vfs:
+            names.update(vf.creatable_vgpu_types)
+        keep = layout.vgpu_type if layout.kind == layout_mod.TIME_SLICED \
+            else None
+        cleared = []
+        for vf in vfs:
+            if not vf.current_vgpu_type:
+                continue
+            name = _VENDOR_PREFIX.sub('', names.get(vf.current_vgpu_type)
+                                      or '')
+            if keep is not None and name == keep:
+                continue
+            self.manager.remove_vf_vgpu(vf.address)
+            cleared.append(vf.address)
+        return cleared
 
     def mig_state(self, index, model):
         """``{(profile name, start): gi_id}`` of GPU ``index`` now."""

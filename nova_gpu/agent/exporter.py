@@ -52,6 +52,7 @@ from nova_gpu.core import catalog as catalog_mod
 from nova_gpu.core import exceptions
 from nova_gpu.core import host as host_mod
 from nova_gpu.core import report as report_mod
+from nova_gpu import wsgi_server
 
 LOG = logging.getLogger(__name__)
 
@@ -424,26 +425,13 @@ class MetricsServer:
         self.collector = HostCollector(agent.host, agent.nvml, agent.catalog)
         self.registry = prometheus_client.CollectorRegistry()
         self.registry.register(self.collector)
-        self._green = None
-        if _eventlet_patched():
-            # Under eventlet's monkey patching (a process that also runs
-            # Nova's services, e.g. the functional tests), a thread
-            # blocking in the standard library's selector would stop every
-            # green thread: eventlet's own WSGI server serves instead.
-            import eventlet
-            import eventlet.wsgi
-            import socket
-            sock = eventlet.listen((address, port), family=(
-                socket.AF_INET6 if ':' in address else socket.AF_INET))
-            self.port = sock.getsockname()[1]
-            self._green = (sock, eventlet.spawn(
-                eventlet.wsgi.server, sock,
-                prometheus_client.make_wsgi_app(self.registry),
-                log_output=False, debug=False))
-        else:
-            self._server, self._thread = prometheus_client.start_http_server(
-                port, addr=address, registry=self.registry)
-            self.port = self._server.server_port
+        # nova_gpu.wsgi_server: eventlet's server where eventlet patched
+        # the process (a stdlib server thread there would block every
+        # green thread), else a stdlib server thread.
+        self._http = wsgi_server.WsgiServer(
+            prometheus_client.make_wsgi_app(self.registry), address, port,
+            name='nova-gpu-agent-metrics')
+        self.port = self._http.port
         LOG.info('GPU metrics on http://%s:%d/metrics', address, self.port)
 
     def observe(self, result):
@@ -464,23 +452,7 @@ class MetricsServer:
         self.collector.failed()
 
     def stop(self):
-        if self._green is not None:
-            sock, thread = self._green
-            thread.kill()
-            sock.close()
-            return
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(5)
-
-
-def _eventlet_patched():
-    """Whether eventlet has monkey patched this process's sockets."""
-    try:
-        from eventlet import patcher
-    except ImportError:
-        return False
-    return patcher.is_monkey_patched('socket')
+        self._http.stop()
 
 
 def serve(conf, agent):

@@ -104,6 +104,36 @@ def set_vgpu_type(root, address, type_id):
 
 
 @sys_admin_pctxt.entrypoint
+def set_vgpu_type_if_free(root, address, type_id):
+    """Give VF ``address`` the vGPU type ``type_id`` unless it has one.
+
+    Compare and set, for the just-in-time type of the ``qemu`` hook: True
+    when written, False when the VF has ``type_id`` already; a VF with
+    another type is refused (PermissionError), never re-typed.
+    """
+    _check_type_id(type_id)
+    path = os.path.join(_device_dir(root, address), 'nvidia',
+                        'current_vgpu_type')
+    try:
+        with open(path) as f:
+            current = int(f.read().strip() or 0)
+    except FileNotFoundError:
+        raise FileNotFoundError('%s has no nvidia/current_vgpu_type: not a '
+                                'VF of an NVIDIA vendor VFIO GPU'
+                                % address) from None
+    except ValueError:
+        raise ValueError('%s: nvidia/current_vgpu_type is not a number'
+                         % address) from None
+    if current == type_id:
+        return False
+    if current:
+        raise PermissionError('VF %s already has vGPU type %d'
+                              % (address, current))
+    _write_vgpu_type(root, address, type_id)
+    return True
+
+
+@sys_admin_pctxt.entrypoint
 def clear_vgpu_type(root, address):
     """Free SR-IOV VF ``address``: write ``0`` to its
     ``nvidia/current_vgpu_type``.

@@ -5,8 +5,9 @@ Runs beside nova-compute with an oslo.config file, e.g.::
     nova-gpu-agent --config-file /etc/nova-gpu/nova-gpu.conf
 
 At start and every ``[gpu_agent] reconcile_interval`` seconds it reconciles
-devices, discovers the GPUs, writes the provider config file and publishes
-the host report.
+devices, discovers the GPUs, carves idle GPUs to the demand (``[gpu_agent]
+carve_enabled``, ``nova_gpu.agent.planning``), writes the provider config
+file and publishes the host report.
 """
 
 import os
@@ -19,6 +20,7 @@ from oslo_log import log as logging
 from nova_gpu.agent import agent as agent_mod
 from nova_gpu.agent import device_events
 from nova_gpu.agent import exporter
+from nova_gpu.agent import planning
 from nova_gpu.agent import privsep
 from nova_gpu.agent import publisher as publisher_mod
 import nova_gpu.conf
@@ -27,12 +29,21 @@ from nova_gpu.core import report as report_mod
 LOG = logging.getLogger(__name__)
 
 
-def prepare(argv, prog, stderr=False):
+def prepare(argv, prog, stderr=False, config_files=None, overrides=None):
+    """Read the configuration, set logging up; the ConfigOpts.
+
+    ``config_files`` and ``overrides`` (``[DEFAULT]`` options, such as
+    ``debug``) come from a CLI that parsed its own arguments
+    (``nova-gpu``): oslo.config then reads no command line.
+    """
     conf = nova_gpu.conf.CONF
     logging.register_options(conf)
     if stderr:  # keep stdout for the command's output
         conf.set_default('use_stderr', True)
-    conf(argv, project='nova-gpu', prog=prog)
+    conf(argv, project='nova-gpu', prog=prog,
+         default_config_files=config_files)
+    for name, value in (overrides or {}).items():
+        conf.set_override(name, value)
     logging.setup(conf, 'nova-gpu')
     if os.geteuid() == 0:
         # Already root (the service usually is): no privsep daemon needed.
@@ -50,6 +61,14 @@ def main(argv=None):
         exchange=opts.report_exchange)
     metrics = exporter.serve(conf, agent)  # [gpu_agent] metrics_listen
     events = device_events.DeviceEvents(conf, agent.host, agent.libvirt)
+    demand = None
+    if agent.demand is not None and agent.demand.use_published:
+        try:
+            demand = planning.DemandListener(conf, agent.demand,
+                                             agent.host).start()
+        except Exception as e:  # the static demand (if any) still counts
+            LOG.error('cannot listen for the GPU demand (%s): carving to '
+                      '[gpu_agent] carve_static_demand only', e)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
@@ -84,6 +103,8 @@ def main(argv=None):
                 break
             stop.wait(opts.reconcile_interval)
     finally:
+        if demand is not None:
+            demand.stop()
         metrics.stop()
         events.close()
         publisher.close()

@@ -10,6 +10,8 @@ Run with ``tox -e bench`` or ``python -m nova_gpu.bench.agent_bench``.
 import statistics
 import time
 
+from nova_gpu import tables
+
 GPUS = 8
 MDEVS_PER_GPU = 4
 TARGET_S = 1.0
@@ -83,12 +85,10 @@ def run():
             ('reconcile after reboot (restarts %d mdevs)'
              % len(after.started), '%.3f s' % reboot_s),
         ]
-        width = max(len(r[0]) for r in rows)
-        print('Agent on a fake 8-GPU host, real libvirtd %s + mdevctl'
-              % '.'.join(str(version // 10 ** k % 1000)
-                         for k in (6, 3, 0)))
-        for name, value in rows:
-            print('%s  %s' % (name.ljust(width), value))
+        print(tables.text(
+            ('figure', 'value'), rows,
+            'Agent on a fake 8-GPU host, real libvirtd %s + mdevctl'
+            % '.'.join(str(version // 10 ** k % 1000) for k in (6, 3, 0))))
         lv.close()
         return total < TARGET_S and len(after.started) == len(uuids)
     finally:

@@ -21,6 +21,7 @@ import sys
 import time
 
 from nova_gpu.sim import carving
+from nova_gpu import tables
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))))
@@ -72,15 +73,12 @@ def verdict(static, carve, ideal):
 
 
 def table(rows):
-    lines = ['| hosts | GPUs | mode | arrived | refused | GPU-hours served '
-             '| % of offered | re-carves / GPU / day |',
-             '|---|---|---|---|---|---|---|---|']
-    for hosts, out in rows:
-        lines.append('| %d | %d | %s | %d | %d | %.0f | %.2f | %.3f |' % (
-            hosts, out.gpus, out.mode, out.arrived, out.refused,
-            out.served_gpu_hours, out.served_pct,
-            out.recarves_per_gpu_day))
-    return '\n'.join(lines)
+    return tables.markdown(
+        ('hosts', 'GPUs', 'mode', 'arrived', 'refused', 'GPU-hours served',
+         '% of offered', 're-carves / GPU / day'),
+        [(hosts, out.gpus, out.mode, out.arrived, out.refused,
+          '%.0f' % out.served_gpu_hours, '%.2f' % out.served_pct,
+          '%.3f' % out.recarves_per_gpu_day) for hosts, out in rows])
 
 
 def plot(path, curves, sizes):

@@ -10,6 +10,7 @@ from nova_gpu.core import demand as demand_mod
 from nova_gpu.core import engine as engine_mod
 from nova_gpu.core import fixtures
 from nova_gpu.core import request as request_mod
+from nova_gpu import tables
 
 
 def _scenarios(catalog):
@@ -53,11 +54,11 @@ def run(number=3000):
         rows.append((label, len(engine.rank(host, req)), warm * 1e6,
                      cold * 1e6))
     print('Placement engine: score one 8-GPU host (best of 3 runs)')
-    print('| request | choices | us per host (warm memo) | '
-          'us per host (cold memo) |')
-    print('|---|---|---|---|')
-    for label, n, warm, cold in rows:
-        print('| %s | %d | %.1f | %.1f |' % (label, n, warm, cold))
+    print(tables.markdown(
+        ('request', 'choices', 'us per host (warm memo)',
+         'us per host (cold memo)'),
+        [(label, n, '%.1f' % warm, '%.1f' % cold)
+         for label, n, warm, cold in rows]))
     return rows
 
 

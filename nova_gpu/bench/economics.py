@@ -17,10 +17,9 @@ import multiprocessing
 import os
 import sys
 
-import prettytable
-
 from nova_gpu.sim import power
 from nova_gpu.sim import trace as trace_mod
+from nova_gpu import tables
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))))
@@ -64,14 +63,13 @@ def defrag_table(pool, policies):
     """Large (4- and 8-GPU) tasks refused, without and with defrag."""
     results = pool.map(_defrag, [(p, d) for p in policies
                                  for d in (False, True)])
-    table = prettytable.PrettyTable([
-        'policy', 'defrag', 'placed', 'refused', 'large refused',
-        'placed by moves', 'migrations', 'GiB moved', 'seconds'])
-    for r in results:
-        table.add_row([r.policy, 'yes' if r.defrag else 'no', r.placed,
-                       r.refused, r.large_refused, r.defragmented,
-                       r.migrations, round(r.memory_moved_gib, 1),
-                       round(r.seconds, 1)])
+    table = tables.text(
+        ('policy', 'defrag', 'placed', 'refused', 'large refused',
+         'placed by moves', 'migrations', 'GiB moved', 'seconds'),
+        [(r.policy, 'yes' if r.defrag else 'no', r.placed, r.refused,
+          r.large_refused, r.defragmented, r.migrations,
+          round(r.memory_moved_gib, 1), round(r.seconds, 1))
+         for r in results])
     print('Large requests with defragmentation by live migration: offered '
           'load %.0f%%, default task list once' % (DEFRAG_LOAD * 100))
     print(table)
@@ -97,21 +95,22 @@ def run(quick=False):
 
 def power_table(results, repeat):
     """Idle hosts and GPU-hours, without and with consolidation."""
-    table = prettytable.PrettyTable([
-        'policy', 'consolidate', 'placed', 'refused', 'idle GPU-h',
-        'mean idle hosts', 'drains', 'migrations', 'GiB moved',
-        'idle GPU-h saved', 'seconds'])
+    rows = []
     plain = {}
     for r in results:
         if not r.consolidate:
             plain[r.policy] = r.idle_gpu_hours
         saved = r.idle_gpu_hours - plain.get(r.policy, r.idle_gpu_hours)
-        table.add_row([r.policy, 'yes' if r.consolidate else 'no',
-                       r.placed, r.refused, round(r.idle_gpu_hours),
-                       round(r.mean_idle_hosts, 1), r.drains, r.migrations,
-                       round(r.memory_moved_gib, 1),
-                       round(saved) if r.consolidate else '',
-                       round(r.seconds, 1)])
+        rows.append((r.policy, 'yes' if r.consolidate else 'no',
+                     r.placed, r.refused, round(r.idle_gpu_hours),
+                     round(r.mean_idle_hosts, 1), r.drains, r.migrations,
+                     round(r.memory_moved_gib, 1),
+                     round(saved) if r.consolidate else '',
+                     round(r.seconds, 1)))
+    table = tables.text(
+        ('policy', 'consolidate', 'placed', 'refused', 'idle GPU-h',
+         'mean idle hosts', 'drains', 'migrations', 'GiB moved',
+         'idle GPU-h saved', 'seconds'), rows)
     hours = results[0].samples[-1][0] if results[0].samples else 0
     print('Replay with departures: %d hosts, %d GPUs, offered load %.0f%%, '
           'default task list x%d, %.1f h of arrivals'

@@ -18,7 +18,8 @@ import os
 import time
 import traceback
 
-import prettytable
+from nova_gpu import tables
+
 
 PARTS = (
     ('specs', 'fuzzed flavor extra specs through the real API'),
@@ -61,14 +62,16 @@ def _run_part(part, quick):
     return rows
 
 
+HEADER = ('part', 'figure', 'value', 'target', 'ok')
+
+
+def _cells(rows):
+    return [(r.part, r.name, r.value, r.target, 'yes' if r.ok else 'NO')
+            for r in rows]
+
+
 def table(rows):
-    out = prettytable.PrettyTable(['part', 'figure', 'value', 'target',
-                                   'ok'])
-    out.align = 'l'
-    for r in rows:
-        out.add_row([r.part, r.name, r.value, r.target,
-                     'yes' if r.ok else 'NO'])
-    return out
+    return tables.text(HEADER, _cells(rows))
 
 
 def run(quick=False, parts=None, results=RESULTS):
@@ -116,13 +119,7 @@ def save(rows, results):
 
 
 def _markdown(rows):
-    # prettytable's markdown format is newer than the versions we allow.
-    lines = ['| part | figure | value | target | ok |',
-             '|---|---|---|---|---|']
-    for r in rows:
-        lines.append('| %s | %s | %s | %s | %s |' % (
-            r.part, r.name, r.value, r.target, 'yes' if r.ok else 'NO'))
-    return '\n'.join(lines) + '\n'
+    return tables.markdown(HEADER, _cells(rows)) + '\n'
 
 
 if __name__ == '__main__':

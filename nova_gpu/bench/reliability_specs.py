@@ -60,6 +60,7 @@ _GRAMMAR = {
     'kind': re.compile('|'.join(flavor_mod.KINDS)),
     'topology': re.compile(r'any|numa|nvlink'),
     'backend': re.compile(r'mdev|vfio'),
+    'preemptible': re.compile(r'true|false'),
 }
 _PRINTABLE = re.compile(r'[\x20-\x7e]+')
 
@@ -169,6 +170,7 @@ class Fuzzer:
             'nan', 'Infinity', '-inf', 'NaN', '1.', '.5', '00', '0.0',
             '0.0001GB', '0.5MB', '1_024MB', '1e400GB', '-20GB', '20 GB',
             '20gb', '20 G', '9' * 300, 'A' * 255, 'A' * 256,
+            'True', 'TRUE', 'yes', 'on', '1', 't', 'false ',
             ''.join(rng.choice(_JUNK) for _ in range(rng.randint(1, 8))),
             ''.join(chr(rng.randint(0, 0x2fff))
                     for _ in range(rng.randint(1, 20))),
@@ -190,6 +192,7 @@ class Fuzzer:
                                            '%d%%' % rng.randint(1, 100))),
             'kind': lambda: rng.choice(flavor_mod.KINDS),
             'backend': lambda: rng.choice(flavor_mod.BACKENDS),
+            'preemptible': lambda: rng.choice(flavor_mod.BOOLEANS),
         }[name]()
 
     def _mutated(self, value):

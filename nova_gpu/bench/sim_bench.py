@@ -16,6 +16,7 @@ from nova_gpu.sim import nova_modes
 from nova_gpu.sim import replay as replay_mod
 from nova_gpu.sim import report
 from nova_gpu.sim import trace as trace_mod
+from nova_gpu import tables
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))))
@@ -141,8 +142,8 @@ def speed_table(by_policy):
 
 def _show(title, header, rows, md):
     print('\n' + title)
-    print(report.text_table(header, rows), flush=True)
-    table = report.markdown_table(header, rows)
+    print(tables.text(header, rows), flush=True)
+    table = tables.markdown(header, rows)
     md.append('### %s\n\n%s\n' % (title, table))
 
 

@@ -4,7 +4,9 @@ from oslo_config import cfg
 
 from nova_gpu.conf import agent
 from nova_gpu.conf import core
+from nova_gpu.conf import defrag
 from nova_gpu.conf import exporter
+from nova_gpu.conf import reclaim
 from nova_gpu.conf import scheduler
 
 CONF = cfg.CONF
@@ -13,3 +15,5 @@ core.register_opts(CONF)
 scheduler.register_opts(CONF)
 agent.register_opts(CONF)
 exporter.register_opts(CONF)
+defrag.register_opts(CONF)
+reclaim.register_opts(CONF)

@@ -3,6 +3,7 @@
 from oslo_config import cfg
 from oslo_config import types
 
+from nova_gpu.core import notification
 from nova_gpu.core import report
 
 agent_group = cfg.OptGroup(
@@ -117,6 +118,57 @@ opts = [
                     'health (http://ADDRESS:PORT/metrics; [::1]:9835 for '
                     'IPv6). Empty (the default) serves nothing. See '
                     'doc/source/observability.rst for the series.'),
+    cfg.BoolOpt('carve_enabled', default=False,
+                help='Carve to demand: run the layout planner '
+                     '(nova_gpu.core.layout) on this host\'s idle GPUs '
+                     'every carve_interval seconds and make its layouts '
+                     '(MIG GPU instances through NVML, vGPU types and '
+                     'passthrough recorded for the just-in-time type and '
+                     'the restore at boot). A GPU, GPU instance or device '
+                     'in use is never touched. See '
+                     'doc/source/carving.rst.'),
+    cfg.IntOpt('carve_interval', default=300, min=0,
+               help='Least seconds between two plans of the layout '
+                    'planner; it runs within the agent\'s cycle, so at '
+                    'most once per reconcile_interval. 0 plans at every '
+                    'cycle.'),
+    cfg.StrOpt('carve_demand_source', default='scheduler',
+               choices=[('scheduler', 'the demand the schedulers publish '
+                                      '(gpu.demand.updated on '
+                                      'demand_topic), carve_static_demand '
+                                      'until one arrives or when it is '
+                                      'older than carve_demand_max_age'),
+                        ('static', 'carve_static_demand only')],
+               help='Where the demand the planner carves to comes from.'),
+    cfg.StrOpt('demand_topic', default=notification.DEMAND_TOPIC,
+               help='Notification topic (on report_exchange) where the '
+                    'schedulers publish the demand ([gpu_scheduler] '
+                    'demand_topic). The agent listens in a pool named '
+                    'after its host.'),
+    cfg.ListOpt('carve_static_demand', default=[],
+                sample_default='vgpu:A100-10C=3,mig:1g.10gb=1,whole:1=1',
+                help='Demand used without a published one: '
+                     'KIND:PROFILE=WEIGHT items (kind vgpu with a vGPU '
+                     'type, mig with a MIG profile) or whole:COUNT=WEIGHT '
+                     '(COUNT whole GPUs). Weights are shares of arrivals. '
+                     'Empty: without a published demand nothing is '
+                     'carved.'),
+    cfg.IntOpt('carve_demand_max_age', default=3600, min=0,
+               help='Seconds after which a published demand no longer '
+                    'counts (the schedulers stopped publishing): the '
+                    'planner then uses carve_static_demand. 0: a '
+                    'published demand never expires.'),
+    cfg.FloatOpt('carve_hysteresis', default=0.25, min=0,
+                 help='A GPU with a layout is re-carved only when the '
+                      'scarcest demand class gains by this factor (0.25: '
+                      '25%), so that near-equal plans do not flap.'),
+    cfg.IntOpt('carve_min_hold', default=600, min=0,
+               help='Seconds an idle GPU keeps its layout before it may be '
+                    're-carved (counted from the agent\'s start for '
+                    'layouts made before it).'),
+    cfg.IntOpt('carve_max_changes', default=2, min=0,
+               help='Most GPUs with a layout re-carved per plan (GPUs not '
+                    'set up yet are always carved).'),
 ]
 
 

@@ -6,6 +6,7 @@ they go in nova.conf next to ``[filter_scheduler]``.
 
 from oslo_config import cfg
 
+from nova_gpu.core import notification
 from nova_gpu.core import report
 
 group = cfg.OptGroup(
@@ -114,6 +115,18 @@ opts = [
                     'from the recent requests. Every rebuild makes the '
                     'next request score each host state afresh, so keep it '
                     'in minutes on large clouds.'),
+    cfg.IntOpt('demand_publish_interval', default=300, min=0,
+               help='Least seconds between two publications of the demand '
+                    'distribution (notification gpu.demand.updated on '
+                    'demand_topic), which the agents\' layout planners '
+                    'carve idle GPUs to ([gpu_agent] carve_enabled). A '
+                    'distribution rebuilt sooner is sent with the first '
+                    'request after the interval. 0 publishes nothing.'),
+    cfg.StrOpt('demand_topic', default=notification.DEMAND_TOPIC,
+               help='Notification topic the demand distribution is '
+                    'published on, for the agents ([gpu_agent] '
+                    'demand_topic). Not the report topic: each agent '
+                    'listens in a pool of its own.'),
     cfg.MultiStrOpt('typical_requests', default=[],
                     help='Typical GPU requests, one per line, each written '
                          'as extra specs separated by ";", e.g. '

@@ -24,7 +24,7 @@ class Weights:
 
 
 class Choice(typing.NamedTuple):
-    placement: host_mod.Placement
+    placement: host_mod.Assignment
     frag_delta: float  # growth of expected fragmentation, in GPUs
     topology: float  # topology.penalty of the GPU set
     numa: float  # 1.0 when NUMA affinity was preferred but missed
@@ -232,8 +232,8 @@ class PlacementEngine:
         # Each GPU of the set may offer several slots (MIG starts);
         # one device per GPU.
         for slots in _slot_product([options[g.index] for g in gpus]):
-            yield (host_mod.Placement(host.name, slots, numa_node,
-                                      req.cpu_milli, req.memory_mib),
+            yield (host_mod.Assignment(host.name, slots, numa_node,
+                                       req.cpu_milli, req.memory_mib),
                    numa_miss)
 
 
@@ -316,6 +316,13 @@ class _DemandIndex:
 
 class _FragState:
     """Expected fragmentation of a host, updated incrementally per choice.
+
+    The engine's named fast path of ``fragmentation.host_fragmentation``
+    (the rule): the same measure, from the same fit rule
+    (``fragmentation.fit_checker``), kept per GPU so that a choice only
+    recomputes the GPUs it touches. A property test
+    (``tests/unit/core/test_fragmentation.py``) holds the two equal on
+    random hosts, demands and choices.
 
     Per GPU, what matters is its free capacity and which typical requests
     still fit it (a bit mask); both depend only on ``Gpu.fit_key()`` and

@@ -23,7 +23,7 @@ KINDS = (WHOLE, SHARE, VGPU, MIG)
 
 
 class Slot(typing.NamedTuple):
-    """One unit of a placement: what is taken on which GPU.
+    """One unit of an assignment: what is taken on which GPU.
 
     ``detail`` is the milli share (SHARE), the vGPU profile name (VGPU), or
     ``(mig_profile, start_slice, vgpu_profile_or_None)`` (MIG).
@@ -324,8 +324,12 @@ class NumaCell:
                 and self.memory_used + memory_mib <= self.memory_mib)
 
 
-class Placement(typing.NamedTuple):
-    """A decision: the slots taken on one host, and the NUMA cell charged."""
+class Assignment(typing.NamedTuple):
+    """A decision: the slots taken on one host, and the NUMA cell charged.
+
+    Not to be confused with OpenStack Placement (the service), which this
+    project only talks to through its resource providers.
+    """
 
     host: str
     slots: tuple
@@ -387,61 +391,61 @@ class Host:
         host.memory_used = self.memory_used
         return host
 
-    def allocate(self, placement):
-        """Apply ``placement``; all or nothing."""
-        if placement.host != self.name:
+    def allocate(self, assignment):
+        """Apply ``assignment``; all or nothing."""
+        if assignment.host != self.name:
             raise exceptions.AllocationError(
-                'placement for %s applied to %s' % (placement.host,
-                                                    self.name))
-        if (self.cpu_used + placement.cpu_milli > self.cpu_milli
-                or self.memory_used + placement.memory_mib
+                'assignment for %s applied to %s' % (assignment.host,
+                                                     self.name))
+        if (self.cpu_used + assignment.cpu_milli > self.cpu_milli
+                or self.memory_used + assignment.memory_mib
                 > self.memory_mib):
             raise exceptions.AllocationError(
                 '%s: not enough CPU or memory' % self.name)
-        cell = self._cell(placement)
-        if cell and not cell.fits(placement.cpu_milli, placement.memory_mib):
+        cell = self._cell(assignment)
+        if cell and not cell.fits(assignment.cpu_milli, assignment.memory_mib):
             raise exceptions.AllocationError(
                 '%s: NUMA node %d cannot hold the CPU and memory'
                 % (self.name, cell.id))
         done = []
         try:
-            for slot in placement.slots:
+            for slot in assignment.slots:
                 self._gpu(slot).take(slot)
                 done.append(slot)
         except exceptions.GpuError:
             for slot in reversed(done):
                 self.gpus[slot.gpu].give_back(slot)
             raise
-        self.cpu_used += placement.cpu_milli
-        self.memory_used += placement.memory_mib
+        self.cpu_used += assignment.cpu_milli
+        self.memory_used += assignment.memory_mib
         if cell:
-            cell.cpu_used += placement.cpu_milli
-            cell.memory_used += placement.memory_mib
+            cell.cpu_used += assignment.cpu_milli
+            cell.memory_used += assignment.memory_mib
 
-    def free(self, placement):
-        """Undo ``allocate(placement)`` exactly; all or nothing."""
-        if placement.host != self.name:
+    def free(self, assignment):
+        """Undo ``allocate(assignment)`` exactly; all or nothing."""
+        if assignment.host != self.name:
             raise exceptions.AllocationError(
-                'placement for %s freed on %s' % (placement.host, self.name))
-        if (placement.cpu_milli > self.cpu_used
-                or placement.memory_mib > self.memory_used):
+                'assignment for %s freed on %s' % (assignment.host, self.name))
+        if (assignment.cpu_milli > self.cpu_used
+                or assignment.memory_mib > self.memory_used):
             raise exceptions.AllocationError(
                 '%s: freeing more CPU or memory than is used' % self.name)
-        cell = self._cell(placement)
+        cell = self._cell(assignment)
         done = []
         try:
-            for slot in reversed(placement.slots):
+            for slot in reversed(assignment.slots):
                 self._gpu(slot).give_back(slot)
                 done.append(slot)
         except exceptions.GpuError:
             for slot in reversed(done):
                 self.gpus[slot.gpu].take(slot)
             raise
-        self.cpu_used -= placement.cpu_milli
-        self.memory_used -= placement.memory_mib
+        self.cpu_used -= assignment.cpu_milli
+        self.memory_used -= assignment.memory_mib
         if cell:
-            cell.cpu_used -= placement.cpu_milli
-            cell.memory_used -= placement.memory_mib
+            cell.cpu_used -= assignment.cpu_milli
+            cell.memory_used -= assignment.memory_mib
 
     def _gpu(self, slot):
         if not 0 <= slot.gpu < len(self.gpus):
@@ -449,12 +453,12 @@ class Host:
                 '%s has no GPU %r' % (self.name, slot.gpu))
         return self.gpus[slot.gpu]
 
-    def _cell(self, placement):
-        if placement.numa_node is None:
+    def _cell(self, assignment):
+        if assignment.numa_node is None:
             return None
         try:
-            return self.cells[placement.numa_node]
+            return self.cells[assignment.numa_node]
         except KeyError:
             raise exceptions.AllocationError(
                 '%s has no NUMA node %r'
-                % (self.name, placement.numa_node)) from None
+                % (self.name, assignment.numa_node)) from None

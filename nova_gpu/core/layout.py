@@ -348,14 +348,19 @@ class Planner:
         self.held_since = {}
         self._candidates = {}
 
-    def plan(self, host, layouts, classes, now, elsewhere=None):
+    def plan(self, host, layouts, classes, now, elsewhere=None,
+             kinds=None):
         """One ``Decision`` per GPU of ``host``.
 
         ``layouts`` maps a GPU index to its current ``Layout`` (absent or
         None: not set up). ``elsewhere`` optionally gives, per class
         name, free units other hosts already offer (the cluster view);
         without it the host aims for the demand's mix on its own.
+        ``kinds`` optionally maps a GPU index to the layout kinds it may
+        be given (the agent cannot switch MIG mode, so a GPU in MIG mode
+        takes MIG layouts only); a GPU absent from it takes any.
         """
+        kinds = kinds or {}
         classes = [c for c in classes if c.weight > 0]
         supply = [0.0] * len(classes)
         if elsewhere:
@@ -385,7 +390,8 @@ class Planner:
         for gpu in idle:
             if layouts.get(gpu.index) is not None:
                 continue
-            layout, after = self._best(gpu.model, classes, supply)
+            layout, after = self._best(gpu.model, classes, supply,
+                                       kinds.get(gpu.index))
             if layout is None:
                 decisions[gpu.index] = Decision(
                     gpu.index, None, None,
@@ -405,7 +411,7 @@ class Planner:
                 continue
             decisions[gpu.index], supply, changed = self._recarve(
                 host, gpu, current, classes, supply, now,
-                changes < self.max_changes)
+                changes < self.max_changes, kinds.get(gpu.index))
             changes += changed
         return [decisions[g.index] for g in host.gpus]
 
@@ -460,12 +466,13 @@ class Planner:
                         % (wanted.name, layout.describe(),
                            _describe(current)))
 
-    def _recarve(self, host, gpu, current, classes, supply, now, allowed):
+    def _recarve(self, host, gpu, current, classes, supply, now, allowed,
+                 kinds=None):
         key = (host.name, gpu.index)
         mine = class_units(classes, gpu.model,
                            layout_units(gpu.model, current))
         without = [s - m for s, m in zip(supply, mine)]
-        layout, after = self._best(gpu.model, classes, without)
+        layout, after = self._best(gpu.model, classes, without, kinds)
         if layout is None or layout == current:
             return (Decision(gpu.index, current, current,
                              'idle: %s is still the best fit'
@@ -509,10 +516,15 @@ class Planner:
                            if n > o else 'no class gains')
         return False, 'no class gains'
 
-    def _best(self, model, classes, supply):
-        """The layout of an idle ``model`` GPU best for ``supply``."""
+    def _best(self, model, classes, supply, kinds=None):
+        """The layout of an idle ``model`` GPU best for ``supply``.
+
+        Only layouts of ``kinds`` count, when given.
+        """
         best = best_key = best_after = None
         for layout in self._layouts(model, classes, supply):
+            if kinds is not None and layout.kind not in kinds:
+                continue
             after = list(supply)
             _add(after, class_units(classes, model,
                                     layout_units(model, layout)))

@@ -56,7 +56,7 @@ class Server:
     """
 
     id: str
-    placement: host_mod.Placement
+    placement: host_mod.Assignment
     spot: bool = False
     movable: bool = False
     driver_branch: str = None
@@ -69,7 +69,7 @@ class Server:
 class Move(typing.NamedTuple):
     action: str  # EVICT or MIGRATE
     server: Server
-    destination: host_mod.Placement = None  # MIGRATE only
+    destination: host_mod.Assignment = None  # MIGRATE only
     memory_mib: int = 0  # GPU memory the server holds
 
     def explain(self):
@@ -91,7 +91,7 @@ class Plan:
 
     request: request_mod.GpuRequest
     host: str
-    placement: host_mod.Placement
+    placement: host_mod.Assignment
     moves: tuple
     fragmentation_delta: float  # milli-GPUs, over the hosts touched
 

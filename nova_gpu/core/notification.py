@@ -26,18 +26,33 @@ Event types (``<object>.<action>``, as Nova's):
 * ``gpu.placement.decided`` (scheduler): the host and the physical GPUs
   (and slots) chosen for an instance, and the fragmentation it adds;
 * ``gpu.device.change`` (agent): a device created, removed or rolled back
-  on a host, with the instance it serves.
+  on a host, with the instance it serves;
+* ``gpu.demand.updated`` (scheduler, on its own topic ``DEMAND_TOPIC``,
+  at most every ``[gpu_scheduler] demand_publish_interval`` seconds):
+  the windowed demand distribution
+  the fragmentation measure uses, which the agents' layout planners carve
+  to (``DemandPayload``; ``demand_to_items`` / ``demand_from_items``
+  convert it from and to ``core.fragmentation.Demand``).
 """
 
 import dataclasses
 
 from nova_gpu.core import exceptions
+from nova_gpu.core import fragmentation
+from nova_gpu.core import request as request_mod
 
 NAMESPACE = 'nova_gpu'
 REFUSAL_EVENT = 'gpu.schedule.refusal'
 PLACEMENT_EVENT = 'gpu.placement.decided'
 DEVICE_EVENT = 'gpu.device.change'
-EVENT_TYPES = (REFUSAL_EVENT, PLACEMENT_EVENT, DEVICE_EVENT)
+DEMAND_EVENT = 'gpu.demand.updated'
+# The demand goes on a topic of its own: every agent listens to it in a
+# pool of its own, and must not receive every other host's reports.
+DEMAND_TOPIC = 'nova_gpu_demand'
+EVENT_TYPES = (REFUSAL_EVENT, PLACEMENT_EVENT, DEVICE_EVENT, DEMAND_EVENT)
+# Demand items one payload may carry (the scheduler keeps 16 observed
+# requests plus the typical ones and a whole GPU).
+MAX_DEMAND_ITEMS = 256
 
 # Why the GPU filter refused a host (label values: keep the set small).
 NO_REPORT = 'no_report'          # the host's agent never reported
@@ -171,7 +186,7 @@ class PlacementPayload(Payload):
 
     host: str
     gpus: list              # physical GPU indices on the host
-    slots: list = ()        # [kind, detail] of each device
+    slots: list = ()        # [gpu, kind, detail] of each device
     instance_uuid: str = None
     request: str = None
     fragmentation_delta: float = 0.0   # GPUs of expected fragmentation
@@ -212,8 +227,101 @@ class DevicePayload(Payload):
             _check_str(getattr(self, f), f, optional=True)
 
 
+# GpuRequest fields a demand item carries (the device part only).
+_REQUEST_FIELDS = ('kind', 'profile', 'count', 'milli', 'models')
+
+
+def _request_to_dict(req):
+    return {'kind': req.kind, 'profile': req.profile, 'count': req.count,
+            'milli': req.milli,
+            'models': sorted(req.models) if req.models is not None
+            else None}
+
+
+def _request_from_dict(data, path):
+    if not isinstance(data, dict):
+        raise PayloadError('%s must be an object' % path)
+    known = {k: data[k] for k in _REQUEST_FIELDS if data.get(k) is not None}
+    if 'kind' not in known:
+        raise PayloadError('%s.kind is missing' % path)
+    _check_str(known['kind'], path + '.kind')
+    _check_str(known.get('profile'), path + '.profile', optional=True)
+    for field in ('count', 'milli'):
+        if field in known:
+            _check_count(known[field], '%s.%s' % (path, field))
+    models = known.get('models')
+    if models is not None:
+        if not isinstance(models, list) or len(models) > MAX_DEMAND_ITEMS:
+            raise PayloadError('%s.models must be a list of model names'
+                               % path)
+        for m in models:
+            _check_str(m, path + '.models[]')
+    try:
+        return request_mod.GpuRequest(**known)
+    except (exceptions.InvalidRequest, TypeError) as e:
+        raise PayloadError('%s: %s' % (path, e)) from None
+
+
+def demand_to_items(demand):
+    """``[[request, weight], ...]`` of a ``fragmentation.Demand``."""
+    return [[_request_to_dict(i.request), float(i.weight)]
+            for i in demand.items if i.request is not None]
+
+
+def demand_from_items(items):
+    """The ``fragmentation.Demand`` of a payload's ``items``."""
+    return fragmentation.Demand([
+        fragmentation.DemandItem(_request_from_dict(req, 'items[%d]' % k),
+                                 weight)
+        for k, (req, weight) in enumerate(items)])
+
+
+@dataclasses.dataclass(frozen=True)
+class DemandPayload(Payload):
+    """The demand distribution a scheduler measures (its window).
+
+    ``items``: ``[request, weight]`` pairs; a request is ``{"kind",
+    "profile", "count", "milli", "models"}`` (``core.request.GpuRequest``'s
+    device part), weights are shares (they need not sum to 1).
+    ``version`` increases with every rebuild of that scheduler's window;
+    ``requests`` is how many requests the window holds (0: only the
+    operator's typical requests and the whole GPU).
+    """
+
+    NAME = 'GpuDemandPayload'
+
+    items: list
+    publisher: str = None
+    version: int = 0
+    requests: int = 0
+
+    def check(self):
+        if not isinstance(self.items, (list, tuple)) or \
+                len(self.items) > MAX_DEMAND_ITEMS:
+            raise PayloadError('items must be a list of at most %d '
+                               '[request, weight] pairs' % MAX_DEMAND_ITEMS)
+        for k, item in enumerate(self.items):
+            if not isinstance(item, (list, tuple)) or len(item) != 2:
+                raise PayloadError('items[%d] must be [request, weight]'
+                                   % k)
+            weight = item[1]
+            if isinstance(weight, bool) or \
+                    not isinstance(weight, (int, float)) or \
+                    not 0 <= weight < float(MAX_COUNT) or weight != weight:
+                raise PayloadError('items[%d] weight must be a number >= 0,'
+                                   ' got %r' % (k, weight))
+            _request_from_dict(item[0], 'items[%d]' % k)
+        _check_str(self.publisher, 'publisher', optional=True)
+        _check_count(self.version, 'version')
+        _check_count(self.requests, 'requests')
+
+    def demand(self):
+        """This payload as a ``fragmentation.Demand``."""
+        return demand_from_items(self.items)
+
+
 PAYLOADS = {REFUSAL_EVENT: RefusalPayload, PLACEMENT_EVENT: PlacementPayload,
-            DEVICE_EVENT: DevicePayload}
+            DEVICE_EVENT: DevicePayload, DEMAND_EVENT: DemandPayload}
 
 
 def parse(event_type, primitive):

@@ -7,39 +7,12 @@ fragmentation measure.
 
 from lxml import etree
 
+from nova_gpu import tables
+
 
 def table(headers, rows, title=None):
-    """Columns aligned on the widest cell; numbers right-aligned."""
-    cells = [[_text(c) for c in row] for row in rows]
-    widths = [len(h) for h in headers]
-    for row in cells:
-        for i, cell in enumerate(row):
-            widths[i] = max(widths[i], len(cell))
-    numeric = [all(_is_number(row[i]) for row in rows) and bool(rows)
-               for i in range(len(headers))]
-
-    def line(values):
-        out = []
-        for i, value in enumerate(values):
-            out.append(value.rjust(widths[i]) if numeric[i]
-                       else value.ljust(widths[i]))
-        return '  '.join(out).rstrip()
-
-    lines = []
-    if title:
-        lines += [title, '=' * len(title)]
-    lines.append(line(headers))
-    lines.append('  '.join('-' * w for w in widths))
-    lines += [line(row) for row in cells]
-    return '\n'.join(lines)
-
-
-def _text(value):
-    if value is None:
-        return '-'
-    if isinstance(value, float):
-        return '%.2f' % value
-    return str(value)
+    """Numbers right-aligned, floats to two decimals, None as ``-``."""
+    return tables.text(headers, rows, title, float_format='%.2f')
 
 
 def _is_number(value):

@@ -13,7 +13,8 @@ wsgi-intercept only:
   them;
 * nova-gpu-exporter's API (``/metrics`` and ``/v1``), which ``openstack
   gpu ...`` reads, fed with every GPU report the demo's stand-in agent
-  publishes;
+  publishes and every notification of the scheduler (refusals by reason,
+  placements);
 * an identity v3 version document, nothing more: OpenStackClient
   discovers the identity API before some commands (``flavor set``).
 
@@ -38,7 +39,6 @@ import json
 import logging
 import os
 import signal
-import socket
 import sys
 import tempfile
 import threading
@@ -277,9 +277,10 @@ class IdentityVersion:
 class ExporterFeed:
     """nova-gpu-exporter's state and API, fed in process.
 
-    Each report the demo's stand-in agent builds goes to the exporter's
-    own notification endpoint, as a report on the bus reaches its
-    listener pool alongside the schedulers'.
+    Each report the demo's stand-in agent builds, and each notification
+    the scheduler's GpuFilter sends (refusals by reason, placements), goes
+    to the exporter's own notification endpoint, as they reach its
+    listener pool on the bus alongside the schedulers'.
     """
 
     def __init__(self):
@@ -307,6 +308,23 @@ class ExporterFeed:
                                           report.get('host')),
                            report_mod.EVENT_TYPE, copy.deepcopy(report), {})
 
+    def listen_to_scheduler(self):
+        """Deliver the scheduler's notifications to the exporter
+        (``stop_listening`` undoes it).
+
+        The harness has no message bus for them: Nova's fake transport
+        does not reach the exporter's endpoint. The scheduler's notifier
+        (``nova_gpu.scheduler.notifications``) hands them over here, in
+        their wire form.
+        """
+        from nova_gpu.scheduler import notifications
+        notifications.set_notifier(_EndpointNotifier(self.endpoint))
+
+    @staticmethod
+    def stop_listening():
+        from nova_gpu.scheduler import notifications
+        notifications.set_notifier(None)
+
     def tee(self, case):
         """Send every report ``case`` builds to the exporter too."""
         build = case.gpu_report
@@ -316,6 +334,21 @@ class ExporterFeed:
             self.publish(report)
             return report
         case.gpu_report = gpu_report
+
+
+class _EndpointNotifier:
+    """An oslo.messaging Notifier's ``info`` that delivers to a
+    notification endpoint in process (as JSON, as the bus would).
+    """
+
+    PUBLISHER = 'nova-gpu-scheduler:demo'
+
+    def __init__(self, endpoint):
+        self.endpoint = endpoint
+
+    def info(self, ctxt, event_type, payload):
+        self.endpoint.info(ctxt, self.PUBLISHER, event_type,
+                           json.loads(json.dumps(payload)), {})
 
 
 class Agent(threading.Thread):
@@ -348,38 +381,17 @@ class Agent(threading.Thread):
 
 # -- HTTP servers -------------------------------------------------------------
 
-class GreenHttpServer:
-    """Serves ``app`` on ``address``, any free port, in a green thread.
-
-    Nova's harness runs under eventlet (``nova.monkey_patch``); there the
-    standard library's socketserver would block every green thread: it
-    picked its selector before eventlet patched ``selectors``. Eventlet's
-    own WSGI server is what Nova served its API with under eventlet.
-    """
-
-    def __init__(self, app, address):
-        import eventlet
-        import eventlet.wsgi
-        self.sock = eventlet.listen(
-            (address, 0), family=socket.AF_INET6 if ':' in address
-            else socket.AF_INET)
-        self.port = self.sock.getsockname()[1]
-        self.thread = eventlet.spawn(
-            eventlet.wsgi.server, self.sock, app, log_output=False,
-            debug=False)
-
-    def stop(self):
-        self.thread.kill()
-        self.sock.close()
-
-
 def http_server(app, address):
-    """A running HTTP server of ``app`` (``.port``, ``.stop()``)."""
-    import eventlet.patcher
-    if eventlet.patcher.is_monkey_patched('socket'):
-        return GreenHttpServer(app, address)
-    from nova_gpu.exporter import api as exporter_api
-    return exporter_api.HttpServer(app, address, 0)
+    """A running HTTP server of ``app`` on any free port of ``address``
+    (``.port``, ``.stop()``).
+
+    ``nova_gpu.wsgi_server``: Nova's harness runs under eventlet
+    (``nova.monkey_patch``), where it serves with eventlet's WSGI server
+    (what Nova served its API with under eventlet); a standard library
+    server thread would block every green thread there.
+    """
+    from nova_gpu import wsgi_server
+    return wsgi_server.WsgiServer(app, address, 0, name='nova-gpu-demo-http')
 
 
 # -- the served cloud --------------------------------------------------------
@@ -393,6 +405,7 @@ class ServedCloud:
         self.address = address
         self.exporter = ExporterFeed()
         self.exporter.tee(case)
+        self.exporter.listen_to_scheduler()
         self.image_id = _demo_image(case)
         apps = {
             'compute': TokenAuth(case.api_fixture.app(), case.api.project_id),
@@ -451,6 +464,7 @@ class ServedCloud:
         for server in self.servers.values():
             server.stop()
         self.servers = {}
+        self.exporter.stop_listening()
 
 
 def _demo_image(case):

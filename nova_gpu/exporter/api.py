@@ -15,13 +15,11 @@ Unknown paths answer 404, other methods 405, both with a JSON error.
 """
 
 import json
-import socketserver
-import threading
-from wsgiref import simple_server
 
 import prometheus_client
 
 from nova_gpu.core import host as host_mod
+from nova_gpu import wsgi_server
 
 MILLI = float(host_mod.MILLI)
 
@@ -49,6 +47,8 @@ def _gpu(gpu, raw, providers):
     return {
         'index': gpu.index, 'address': gpu.address, 'model': gpu.model.name,
         'numa_node': gpu.numa_node, 'mig_enabled': gpu.mig_enabled,
+        'pcie_switch': raw.get('pcie_switch'),
+        'nvlink_peers': list(raw.get('nvlink_peers') or ()),
         'vgpu_types': list(gpu.vgpu_types or ()),
         'free_ratio': gpu.free_milli / MILLI,
         'devices': list(raw.get('devices') or ()),
@@ -105,6 +105,11 @@ class Api:
             raws = sorted(entry.raw['gpus'], key=lambda g: g['index'])
             body['gpus'] = [_gpu(g, raw, by_gpu.get(g.index, ()))
                             for g, raw in zip(entry.report.host.gpus, raws)]
+            # What planners outside the scheduler (``openstack gpu
+            # defrag``) need to judge a destination as the scheduler does:
+            # the host's CPU, memory and NUMA cells, and its vGPU manager.
+            for key in ('cpu_milli', 'memory_mib', 'numa_cells', 'nvidia'):
+                body[key] = entry.raw.get(key)
             body['free_devices'] = [
                 {'model': m, 'kind': k, 'profile': p, 'free': n}
                 for (m, k, p), n in sorted(f.free_devices.items())]
@@ -133,66 +138,12 @@ class Api:
         raise LookupError('no such path: /v1/%s' % '/'.join(parts))
 
 
-class _Server(socketserver.ThreadingMixIn, simple_server.WSGIServer):
-    daemon_threads = True
-
-
-class _QuietHandler(simple_server.WSGIRequestHandler):
-    def log_message(self, *args):
-        pass  # one line per scrape is noise
-
-
-class HttpServer:
-    """Serves ``app`` on ``address:port`` (0: any free port) in a thread."""
+class HttpServer(wsgi_server.WsgiServer):
+    """Serves the exporter's ``app`` on ``address:port`` (0: any free
+    port) in the background, the way ``nova_gpu.wsgi_server`` serves
+    (eventlet's server where eventlet patched the process, else a stdlib
+    server thread).
+    """
 
     def __init__(self, app, address, port):
-        self._green = None
-        if _eventlet_patched():
-            # Under eventlet's monkey patching (a process that also runs
-            # Nova's services, e.g. the functional tests), a thread
-            # blocking in the standard library's selector would stop every
-            # green thread: eventlet's own WSGI server serves instead.
-            import eventlet
-            import eventlet.wsgi
-            import socket
-            sock = eventlet.listen((address, port), family=(
-                socket.AF_INET6 if ':' in address else socket.AF_INET))
-            self.port = sock.getsockname()[1]
-            self._green = (sock, eventlet.spawn(
-                eventlet.wsgi.server, sock, app, log_output=False,
-                debug=False))
-            return
-        server_class = _Server
-        if ':' in address:
-            import socket
-
-            class _Server6(_Server):
-                address_family = socket.AF_INET6
-            server_class = _Server6
-        self.httpd = simple_server.make_server(
-            address, port, app, server_class=server_class,
-            handler_class=_QuietHandler)
-        self.port = self.httpd.server_port
-        self.thread = threading.Thread(target=self.httpd.serve_forever,
-                                       name='nova-gpu-exporter-http',
-                                       daemon=True)
-        self.thread.start()
-
-    def stop(self):
-        if self._green is not None:
-            sock, thread = self._green
-            thread.kill()
-            sock.close()
-            return
-        self.httpd.shutdown()
-        self.httpd.server_close()
-        self.thread.join(5)
-
-
-def _eventlet_patched():
-    """Whether eventlet has monkey patched this process's sockets."""
-    try:
-        from eventlet import patcher
-    except ImportError:
-        return False
-    return patcher.is_monkey_patched('socket')
+        super().__init__(app, address, port, name='nova-gpu-exporter-http')

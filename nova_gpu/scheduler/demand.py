@@ -8,6 +8,12 @@ frequent ``DEMAND_ITEMS`` of them), plus the operator's
 placement engine built on it, is rebuilt at most every
 ``demand_refresh_interval`` seconds, so that memoised rankings stay valid
 between rebuilds (``version`` names the current one).
+
+Each rebuilt distribution is also published (``gpu.demand.updated``, the
+contract in ``core.notification``) for the agents' layout planners, at
+most every ``[gpu_scheduler] demand_publish_interval`` seconds: a rebuild
+inside that time is sent with the first request after it ends. The
+published demand leaves out the whole-GPU share, which no request made.
 """
 
 import collections
@@ -19,8 +25,10 @@ from nova_gpu.core import engine as engine_mod
 from nova_gpu.core import exceptions
 from nova_gpu.core import fragmentation
 from nova_gpu.core import host as host_mod
+from nova_gpu.core import notification
 from nova_gpu.core import request as request_mod
 from nova_gpu.scheduler import flavor
+from nova_gpu.scheduler import notifications
 
 CONF = cfg.CONF
 
@@ -49,6 +57,8 @@ class DemandWindow:
         self.engine = engine_mod.PlacementEngine(self.distribution(),
                                                  engine_weights)
         self.version = 0
+        self.published = None      # clock() of the last publication
+        self.published_version = None
 
     def note(self, spec):
         """Count a request; rebuild the engine when it is time."""
@@ -74,8 +84,34 @@ class DemandWindow:
                                                  self.engine_weights)
         self.version += 1
 
-    def distribution(self):
-        """The demand (``core.fragmentation.Demand``) as it stands."""
+    def due_publication(self):
+        """The publication due now (a callable that sends it), or None.
+
+        Due when the distribution is new and the interval has passed; it
+        is counted as published once returned. The caller sends it outside
+        any lock it holds: a send may wait on the broker.
+        """
+        interval = CONF.gpu_scheduler.demand_publish_interval
+        if not interval or self.published_version == self.version:
+            return None
+        now = self.clock()
+        if self.published is not None and now - self.published < interval:
+            return None
+        self.published, self.published_version = now, self.version
+        # Without the whole-GPU share: it keeps empty GPUs valuable to the
+        # fragmentation measure, but nobody asked for it, and a planner
+        # carving to it would set GPUs aside for passthrough.
+        items = notification.demand_to_items(self.distribution(whole=False))
+        version, requests = self.version, sum(self.counts.values())
+        # Never raises (``notifications`` logs and drops a failed send).
+        return lambda: notifications.demand_updated(
+            items, version=version, requests=requests)
+
+    def distribution(self, whole=True):
+        """The demand (``core.fragmentation.Demand``) as it stands.
+
+        ``whole``: with the share of a whole GPU (``WHOLE_GPU_SHARE``).
+        """
         # The most frequent requests: each one more costs every scoring.
         items = [fragmentation.DemandItem(req, n)
                  for req, n in self.counts.most_common(DEMAND_ITEMS)]
@@ -84,6 +120,8 @@ class DemandWindow:
             items.append(fragmentation.DemandItem(
                 req, max(seen, 1) / len(self.typical)))
         total = sum(i.weight for i in items) or 1
+        if not whole:
+            return fragmentation.Demand(items)
         items.append(fragmentation.DemandItem(
             request_mod.GpuRequest(host_mod.WHOLE),
             total * WHOLE_GPU_SHARE / (1 - WHOLE_GPU_SHARE)))

@@ -40,6 +40,9 @@ _DESCRIPTIONS = {
                '(mediated devices, resources:VGPU) or vfio (NVIDIA '
                'vendor-specific VFIO VFs, pci_passthrough:alias); default '
                '[gpu_scheduler] vgpu_backend. Not with gpu:kind=whole.',
+    'preemptible': 'true (spot: nova-gpu-reclaimer may shelve-offload or '
+                   'delete the flavor\'s servers, after a grace period, '
+                   'to serve on-demand GPU servers) or false (default).',
 }
 
 

@@ -15,6 +15,7 @@ the order it leaves is the order Nova claims in.
 
 import collections
 import logging
+import weakref
 
 from nova.scheduler import filters
 from nova.scheduler import utils as scheduler_utils
@@ -34,6 +35,12 @@ MAX_REASONS = 20
 # weighers) and the NUMA cells of the HostState's numa_topology.
 DECISION = 'nova_gpu_decision'
 _CELLS = '_nova_gpu_cells'
+# The decisions of each request's current pass, by RequestSpec: (instance
+# UUID, {nodename: Decision}) of the hosts that passed with a GPU set
+# chosen among Placement's candidates, read when Nova places the instance
+# (``notify_placed``). Per request, not on the HostState: another request
+# may filter the same HostState while Nova claims for this one.
+_PASSES = weakref.WeakKeyDictionary()
 
 
 class GpuFilter(filters.CandidateFilterMixin, filters.BaseHostFilter):
@@ -73,8 +80,10 @@ class GpuFilter(filters.CandidateFilterMixin, filters.BaseHostFilter):
         debug = LOG.isEnabledFor(logging.DEBUG)
         reasons, passed = [], 0
         refusals = collections.Counter()
+        chosen = {}
+        _PASSES[spec_obj] = (request.instance_uuid, chosen)
         for host_state in filter_obj_list:
-            why = self._check(host_state, request, debug)
+            why = self._check(host_state, request, debug, chosen)
             if why is None:
                 passed += 1
                 yield host_state
@@ -113,14 +122,16 @@ class GpuFilter(filters.CandidateFilterMixin, filters.BaseHostFilter):
         self._last_request = self.view.request(spec_obj, spec)
         return self._last_request
 
-    def _check(self, host_state, request, debug=False):
+    def _check(self, host_state, request, debug=False, chosen=None):
         """None if ``host_state`` passes, else the reason it does not.
 
         One question to the view, one Decision back, left on the
-        HostState for the weighers. Whatever goes wrong with one host (a
-        report the parser let through that the engine still cannot rank,
-        a bug) refuses that host with the reason and leaves every other
-        host, and every other request, as they were.
+        HostState for the weighers (and in ``chosen``, by nodename, when
+        it stands for a GPU set among Placement's candidates: see
+        ``_PASSES``). Whatever goes wrong with one host (a report the
+        parser let through that the engine still cannot rank, a bug)
+        refuses that host with the reason and leaves every other host,
+        and every other request, as they were.
         """
         previous = getattr(host_state, DECISION, None)
         if previous is not None:
@@ -147,6 +158,9 @@ class GpuFilter(filters.CandidateFilterMixin, filters.BaseHostFilter):
                 self.filter_candidates(host_state, lambda c: id(c) in keep)
             host_state.allocation_candidates = list(
                 map(candidates.__getitem__, order))
+            if chosen is not None and decision.ranked is not None \
+                    and decision.why is None:
+                chosen[host_state.nodename] = decision
         return decision.why
 
 
@@ -158,6 +172,44 @@ def decision_of(host_state, spec_obj):
     if decision is None or decision.spec_ref() is not spec_obj:
         return None
     return decision.ranked
+
+
+def notify_placed(host_state, spec_obj, instance_uuid=None):
+    """Send ``gpu.placement.decided`` for the instance Nova just placed on
+    ``host_state`` (``SchedulerManager._consume_selected_host``, hooked by
+    ``listener.bind_to_scheduler_service``): the GPU choice is final then.
+    Nova claimed the host's candidate 0 in Placement, the candidate this
+    filter put first, whose GPU set is the decision's ``ranked``.
+
+    Once per instance and pass: the pass's decisions are dropped once
+    read. Nothing is sent when this filter made no choice there (not a
+    GPU request, no candidates from Placement, a rebuild) or when the pass
+    was another instance's. True if sent. Never raises.
+    """
+    try:
+        found = _PASSES.pop(spec_obj, None)
+        if found is None:
+            return False
+        uuid, chosen = found
+        if instance_uuid is not None and uuid != instance_uuid:
+            return False
+        decision = chosen.get(host_state.nodename)
+        if decision is None:
+            return False
+        ranked = decision.ranked
+        flavor_obj = getattr(spec_obj, 'flavor', None)
+        # The host Nova chose (HostState.host, the compute service host the
+        # agent reports as), not ranked.choice.placement.host: hosts in
+        # the same state share one ranking, which names one of them.
+        return notifications.placed(
+            host_state.host, ranked.gpus, instance_uuid=uuid,
+            slots=ranked.choice.placement.slots,
+            request=getattr(flavor_obj, 'name', None),
+            fragmentation_delta=ranked.choice.frag_delta)
+    except Exception as e:  # a notification never breaks scheduling
+        LOG.warning('GPU placement notification of instance %s not sent: '
+                    '%s', instance_uuid, e)
+        return False
 
 
 def contained(entry, nodename, who, why):

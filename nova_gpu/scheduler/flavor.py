@@ -24,6 +24,9 @@ Grammar (values are case-sensitive except units)::
                                    paths (default [gpu_scheduler]
                                    vgpu_backend): mediated devices, or
                                    NVIDIA vendor-specific VFIO VFs
+    gpu:preemptible=true|false     spot capacity: nova-gpu-reclaimer may
+                                   evict the flavor's servers for on-demand
+                                   ones (default false; asks no device)
 
 GB and MB are binary here (1GB = 1024MB), as in NVIDIA's profile names
 (3g.20gb has 20480 MiB). The Placement side stays Nova's own, one form
@@ -355,11 +358,39 @@ def _backend(catalog, key, value):
     return value
 
 
+PREEMPTIBLE = PREFIX + 'preemptible'
+BOOLEANS = ('true', 'false')
+
+
+def _preemptible(catalog, key, value):
+    # Exactly true or false: the reclaimer evicts a server on this value,
+    # so nothing that merely looks true ("True", "yes", "1") is stored.
+    if value not in BOOLEANS:
+        raise ExtraSpecError(key, value, 'must be true (spot: servers of '
+                             'this flavor may be evicted by '
+                             'nova-gpu-reclaimer) or false', BOOLEANS)
+    return value == 'true'
+
+
+def preemptible(extra_specs):
+    """Whether a flavor's servers are spot (``gpu:preemptible=true``).
+
+    A bad value raises ExtraSpecError (the API validator refuses it).
+    """
+    value = (extra_specs or {}).get(PREEMPTIBLE)
+    if value is None:
+        return False
+    return validate_value(PREEMPTIBLE, value)
+
+
 _PARSERS = {
     'profile': _profile, 'mig': _mig, 'count': _count, 'model': _models,
     'topology': _topology, 'memory': _memory, 'compute': _compute,
-    'kind': _kind, 'backend': _backend,
+    'kind': _kind, 'backend': _backend, 'preemptible': _preemptible,
 }
+# Keys that say how a server is treated, not which device it asks: they
+# neither make a flavor's GPU request nor make a stock flavor "explicit".
+_NOT_DEVICE = ('preemptible',)
 KEYS = tuple(PREFIX + k for k in sorted(_PARSERS))
 
 
@@ -486,6 +517,8 @@ def parse(extra_specs, catalog=None, vcpus=0, memory_mb=0,
         # may predate the API validator or use a microversion below 2.86.
         if key.startswith(PREFIX) or _NEAR_KEY.fullmatch(key):
             values[key[len(PREFIX):]] = validate_value(key, value, catalog)
+    for name in _NOT_DEVICE:
+        values.pop(name, None)
     kind = values.get('kind')
     path, rc, units, groups = _path_of(values, extra_specs, names)
     if not values and not units:

@@ -178,12 +178,31 @@ class HostEntry:
         """
         key = tuple(map(tuple, map(_ALLOCATIONS, candidates)))
         sets = self.rp_sets
-        if sets is not None:
+        if sets is None:
+            sets = self.rp_sets = {}
+        else:
             found = sets.get(key)
             if found is not None:
                 return found
-        found = tuple([self.gpus_of(c, resource_class) for c in candidates])
-        sets = self.rp_sets  # gpus_of made it
+        # ``gpus_of`` inlined, reusing the provider tuples of ``key``: a
+        # host's first request after a report (a cold pass) runs this for
+        # every candidate of every host.
+        get = self.uuids.get
+        found = []
+        for rps, candidate in zip(key, candidates):
+            gpus = sets.get(rps, False)
+            if gpus is False:
+                gpus = list(map(get, rps))
+                if None in gpus:
+                    gpus = self._known_gpus(candidate['allocations'],
+                                            resource_class)
+                if gpus is not None:
+                    gpus.sort()
+                    gpus = tuple(gpus)
+                if len(sets) < MAX_PROVIDER_SETS:
+                    sets[rps] = gpus
+            found.append(gpus)
+        found = tuple(found)
         if len(sets) < MAX_PROVIDER_SETS:
             sets[key] = found
         return found
@@ -405,10 +424,10 @@ class Hosts:
         """Count ``placement`` until the host's next report or the TTL."""
         # Rankings are shared by hosts in the same state: the placement
         # may name another of them.
-        placement = host_mod.Placement(entry.nodename, placement.slots,
-                                       placement.numa_node,
-                                       placement.cpu_milli,
-                                       placement.memory_mib)
+        placement = host_mod.Assignment(entry.nodename, placement.slots,
+                                        placement.numa_node,
+                                        placement.cpu_milli,
+                                        placement.memory_mib)
         with self._lock:
             if not entry.own_host:
                 # Copy on write: other hosts share the reported state.

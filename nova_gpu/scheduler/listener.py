@@ -26,6 +26,12 @@ listener of *that* manager, which feeds *that* manager's view. It acts
 only for a manager whose enabled filters or weighers include nova-gpu's,
 and starts a listener only with ``[gpu_scheduler] report_listener =
 true``; every other scheduler is untouched.
+
+The same hook wraps ``SchedulerManager._consume_selected_host``, which
+Nova calls once per instance after it claimed the chosen host's candidate
+0 in Placement: there the GPU choice is final, and
+``filters.notify_placed`` sends the placement notification (only for a
+request GpuFilter chose GPUs for; never raising).
 """
 
 import functools
@@ -271,4 +277,26 @@ def bind_to_scheduler_service():
 
         cls.init_host = init_host_with_reports
         cls.set_shutdown_in_progress = shutdown_with_reports
+        cls._consume_selected_host = staticmethod(
+            _notifying(cls._consume_selected_host))
         _BOUND = True
+
+
+def _notifying(consume):
+    """``SchedulerManager._consume_selected_host`` (a static method), then
+    the placement notification of the instance (``filters.notify_placed``,
+    which never raises). Nova calls it once per instance, after it claimed
+    the host's candidate 0 in Placement: the GPU choice is final there.
+    """
+    @functools.wraps(consume)
+    def consume_and_notify(selected_host, spec_obj, *args, **kwargs):
+        result = consume(selected_host, spec_obj, *args, **kwargs)
+        try:
+            from nova_gpu.scheduler import filters
+            filters.notify_placed(selected_host, spec_obj,
+                                  kwargs.get('instance_uuid',
+                                             args[0] if args else None))
+        except Exception:  # never into scheduling
+            LOG.exception('GPU placement notification failed')
+        return result
+    return consume_and_notify

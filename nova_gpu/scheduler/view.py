@@ -150,6 +150,11 @@ class GpuView:
         """Count a request into the demand the fragmentation measure uses."""
         with self._lock:
             self.demand.note(spec)
+            publication = self.demand.due_publication()
+        if publication is not None:
+            # Outside the lock: a send may wait on the broker, other
+            # scheduling threads must not.
+            publication()
 
     @property
     def demand_version(self):

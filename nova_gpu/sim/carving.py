@@ -234,11 +234,11 @@ class CarvedCluster:
 
     def take(self, h, slots):
         self.cluster.hosts[h].allocate(
-            host_mod.Placement(self.cluster.hosts[h].name, slots))
+            host_mod.Assignment(self.cluster.hosts[h].name, slots))
 
     def release(self, h, slots):
         self.cluster.hosts[h].free(
-            host_mod.Placement(self.cluster.hosts[h].name, slots))
+            host_mod.Assignment(self.cluster.hosts[h].name, slots))
 
 
 def _slot(gpu, layout, option):

@@ -19,6 +19,7 @@ from nova_gpu.sim import policies as policies_mod
 from nova_gpu.sim import replay as replay_mod
 from nova_gpu.sim import report
 from nova_gpu.sim import trace as trace_mod
+from nova_gpu import tables
 
 DEFAULT_TRACE_DIR = os.path.join('..', 'shared', 'traces',
                                  'alibaba-gpu-v2023')
@@ -131,7 +132,7 @@ def summarise(by_policy, workload, expected, seeds, out=None):
                      round(sum(r.failed for r in results) / len(results)),
                      '%.1f' % (sum(r.cpu_seconds for r in results)
                                / len(results))])
-    print(report.text_table(header, rows), file=out)
+    print(tables.text(header, rows), file=out)
     return header, rows
 
 
@@ -181,7 +182,7 @@ def main(argv=None):
                   for p, rs in by_policy.items()}
         md = os.path.join(args.out_dir, 'alloc_%s.md' % workload)
         with open(md, 'w') as f:
-            f.write(report.markdown_table(header, rows) + '\n')
+            f.write(tables.markdown(header, rows) + '\n')
         png = os.path.join(args.out_dir, 'alloc_%s.png' % workload)
         report.plot(curves, png, 'GPU allocation, %s trace, tune %s, '
                     '%d seed(s)' % (workload, args.tune, len(args.seeds)))

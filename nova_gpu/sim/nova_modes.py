@@ -153,7 +153,7 @@ class Replay:
                 best = None
             else:
                 best = (self._cost(i, None, cpu, mem),
-                        host_mod.Placement(host.name, (), None, cpu, mem))
+                        host_mod.Assignment(host.name, (), None, cpu, mem))
         else:
             best = None
             for placement in self._choices(host, req):
@@ -173,8 +173,8 @@ class Replay:
         host = self.hosts[i]
         if self.policy == 'nova':
             return (0,)  # the first choice; hosts are weighed apart
-        placement = placement or host_mod.Placement(host.name, (), None,
-                                                    cpu, mem)
+        placement = placement or host_mod.Assignment(host.name, (), None,
+                                                     cpu, mem)
         effect = scoring.placement_effect(
             host, placement, self.demand[self.models[i].name],
             before=self._base(i))

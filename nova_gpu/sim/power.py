@@ -173,7 +173,7 @@ class _Fleet:
         self.servers = {}  # task index -> moves.Server
 
     def place(self, task, name, gpus, cpu, mem, milli, movable):
-        placement = host_mod.Placement(
+        placement = host_mod.Assignment(
             name, tuple(host_mod.Slot(int(g), host_mod.SHARE, int(milli))
                         for g in gpus), None, int(cpu), int(mem))
         self.hosts[name].allocate(placement)

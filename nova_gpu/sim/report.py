@@ -38,21 +38,6 @@ def published(path, workload, policy, points=POINTS, seeds=None):
             for p in points}
 
 
-def markdown_table(header, rows):
-    lines = ['| ' + ' | '.join(header) + ' |',
-             '|' + '|'.join('---' for _ in header) + '|']
-    for row in rows:
-        lines.append('| ' + ' | '.join(str(c) for c in row) + ' |')
-    return '\n'.join(lines)
-
-
-def text_table(header, rows):
-    cells = [list(map(str, header))] + [[str(c) for c in r] for r in rows]
-    widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
-    return '\n'.join('  '.join(c.ljust(w) for c, w in zip(r, widths))
-                     for r in cells)
-
-
 def plot(curves, path, title):
     """PNG of allocation ratio against arrived request, one line a policy.
 

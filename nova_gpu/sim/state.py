@@ -7,7 +7,9 @@ One row per node: free CPU, free memory and the free milli of each GPU
 expected fragmentation of a node, or of a node after a candidate
 placement, is a handful of vector operations (``frag``). This is the same
 measure as ``nova_gpu.core.fragmentation.host_fragmentation`` (a unit test
-checks both on random states), computed for many nodes at once.
+checks both on random states), computed for many nodes at once: the
+simulator's named fast path of the core's rule, for share and whole-GPU
+tasks (the vGPU and MIG modes, ``nova_modes``, use the core itself).
 """
 
 import numpy as np
@@ -43,6 +45,9 @@ class DemandArrays:
             [[t.spec is None or model in t.spec for t in typical]
              for model in models], dtype=bool).reshape(len(models),
                                                        len(typical))
+        # What ``frag_of`` asks per node, the constant parts once.
+        self.usable = self.access & self.gpu[None, :]
+        self.sized = bool(self.mem.any())
 
 
 class Cluster:
@@ -62,18 +67,42 @@ class Cluster:
             self.left[i, :count] = host_mod.MILLI
         self.capacity = nodes.total_gpu_milli
         self.used = 0
+        # Per node, the count of state changes when it last changed: the
+        # policies keep per-node results until their node changes.
+        self.changes = 0
+        self.changed = np.zeros(n, np.int64)
         self.demands = {}
+        self.recount()
         if demand is not None:
             self.track(demand)
+
+    def recount(self):
+        """Derive the per-node summaries from ``left``, ``cpu``, ``mem``.
+
+        ``allocate`` keeps them; call this after writing the state arrays
+        directly (tests building random states do).
+        """
+        # Free milli per GPU, largest first: ``ranked[:, k - 1] >= milli``
+        # says k GPUs can take ``milli`` (a sum over a row of 8 for every
+        # node costs ten times more, on every task).
+        self.ranked = -np.sort(-self.left, 1)
+        self.total = self.left.sum(1)
+        self.changes += 1
+        self.changed[:] = self.changes
+        for entry in self.demands.values():
+            demand = entry[0]
+            cnt, lost = self._counters(self.left, demand.thresholds)
+            entry[1:] = [cnt, lost, frag_of(demand, self.model, self.cpu,
+                                            self.mem, self.total, cnt,
+                                            lost)]
 
     def track(self, demand):
         """Keep per-threshold counters and node fragmentation for demand."""
         key = id(demand)
         if key not in self.demands:
             cnt, lost = self._counters(self.left, demand.thresholds)
-            total = self.left.sum(1)
-            frag = frag_of(demand, self.model, self.cpu, self.mem, total,
-                           cnt, lost)
+            frag = frag_of(demand, self.model, self.cpu, self.mem,
+                           self.total, cnt, lost)
             self.demands[key] = [demand, cnt, lost, frag]
         return self.demands[key]
 
@@ -104,7 +133,12 @@ class Cluster:
         self._refresh(node)
 
     def _refresh(self, node):
+        self.changes += 1
+        self.changed[node] = self.changes
         row = self.left[node:node + 1]
+        self.ranked[node] = -np.sort(-row[0])
+        total = self.total[node:node + 1]
+        total[0] = row.sum()
         for entry in self.demands.values():
             demand, cnt, lost, frag = entry
             c, lo = self._counters(row, demand.thresholds)
@@ -112,8 +146,7 @@ class Cluster:
             lost[node] = lo[0]
             frag[node] = frag_of(demand, self.model[node:node + 1],
                                  self.cpu[node:node + 1],
-                                 self.mem[node:node + 1], row.sum(1),
-                                 c, lo)[0]
+                                 self.mem[node:node + 1], total, c, lo)[0]
 
     # -- queries ----------------------------------------------------------
 
@@ -122,8 +155,14 @@ class Cluster:
         ok = (self.cpu >= cpu) & (self.mem >= mem)
         if num:
             ok &= access[self.model]
-            ok &= (self.left >= milli).sum(1) >= num
+            ok &= self.enough_gpus(num, milli)
         return ok
+
+    def enough_gpus(self, num, milli, nodes=slice(None)):
+        """Per node (of ``nodes``): ``num`` GPUs have ``milli`` free."""
+        if num > MAX_GPUS:
+            return np.zeros(len(self.ranked[nodes]), bool)
+        return self.ranked[nodes, num - 1] >= milli
 
 
 def frag_of(demand, model, cpu, mem, total, cnt, lost):
@@ -133,12 +172,18 @@ def frag_of(demand, model, cpu, mem, total, cnt, lost):
     memory free, enough GPUs with its share free), the free capacity on
     GPUs it cannot use is fragment; otherwise all free capacity is.
     """
-    ok = demand.access[model] & demand.gpu[None, :]
-    ok &= cpu[:, None] >= demand.cpu[None, :]
-    ok &= mem[:, None] >= demand.mem[None, :]
-    ok &= cnt[:, demand.uidx] >= demand.num[None, :]
-    f = np.where(ok, lost[:, demand.uidx], total[:, None])
-    return f @ demand.weight
+    ok = demand.usable[model]
+    ok &= cpu[:, None] >= demand.cpu
+    if demand.sized:
+        ok &= mem[:, None] >= demand.mem
+    uidx = demand.uidx
+    ok &= cnt[:, uidx] >= demand.num
+    f = np.where(ok, lost[:, uidx], total[:, None])
+    # Row by row (numpy sums each contiguous row alike), not ``@``: a
+    # matrix product may round a row differently with the rows around it,
+    # and a node's value must not depend on which nodes are scored with it
+    # (``policies.BestPerNode`` keeps it while the node is unchanged).
+    return (f * demand.weight).sum(1)
 
 
 def first_of_value(left):
@@ -148,5 +193,9 @@ def first_of_value(left):
     yields the same node state, so only the first needs scoring.
     """
     same = left[:, :, None] == left[:, None, :]
-    earlier = np.tril(np.ones((left.shape[1],) * 2, bool), -1)
-    return ~(same & earlier[None]).any(2)
+    same &= _EARLIER
+    return ~same.any(2)
+
+
+# _EARLIER[0, i, j]: GPU j comes before GPU i.
+_EARLIER = np.tril(np.ones((MAX_GPUS, MAX_GPUS), bool), -1)[None]

@@ -12,7 +12,9 @@ included: a lazy import is still a dependency), is checked:
 - only the agent touches privsep (tools that run the agent in process,
   such as the agent reliability bench, may configure it);
 - tools that put adapters together (bench, demo, testing) may import
-  them, never the other way round.
+  them, never the other way round;
+- a module at the package root (``nova_gpu/wsgi_server.py``) belongs to
+  no layer: any layer may import it, and it imports no adapter or tool.
 """
 
 import ast
@@ -26,7 +28,8 @@ import nova_gpu
 ROOT = os.path.dirname(nova_gpu.__file__)
 CORE = 'core'
 CONF = 'conf'
-ADAPTERS = ('agent', 'scheduler', 'sim', 'exporter', 'osc', 'reclaim')
+ADAPTERS = ('agent', 'scheduler', 'sim', 'exporter', 'osc', 'reclaim',
+            'defrag')
 TOOLS = ('bench', 'demo', 'testing')
 # Top-level packages of OpenStack services and libraries.
 OPENSTACK = ('nova', 'placement', 'oslo_config', 'oslo_log',
@@ -76,9 +79,14 @@ def imports(name, path):
 
 
 def layer(dotted):
-    """The nova_gpu top-level package of a module name, or None."""
+    """The nova_gpu top-level package of a module name, or None (outside
+    nova_gpu, or a module at the package root such as
+    ``nova_gpu.wsgi_server``: not a layer, any layer may import it).
+    """
     parts = dotted.split('.')
     if parts[0] != 'nova_gpu' or len(parts) < 2:
+        return None
+    if not os.path.isdir(os.path.join(ROOT, parts[1])):
         return None
     return parts[1]
 
@@ -98,7 +106,8 @@ def problems(found_modules=None):
             if own == CORE:
                 if top in OPENSTACK:
                     found.append('%s: the core imports no OpenStack' % where)
-                elif other not in (None, CORE):
+                elif other not in (None, CORE) or (
+                        top == 'nova_gpu' and other is None):
                     found.append('%s: the core imports only itself' % where)
             elif own == CONF:
                 if other not in (None, CORE, CONF):
@@ -151,3 +160,21 @@ class LayeringTest(testtools.TestCase):
             'imports only itself',
             'nova_gpu.core.probe imports oslo_config.cfg: the core imports '
             'no OpenStack'], problems([('nova_gpu.core.probe', core)]))
+
+    def test_package_root_modules(self):
+        # Any adapter may import a module at the package root; the core
+        # may not, and such a module imports no adapter.
+        tmp = self.useFixture(fixtures.TempDir()).path
+        user = os.path.join(tmp, 'user.py')
+        with open(user, 'w') as f:
+            f.write('from nova_gpu import wsgi_server\n')
+        self.assertEqual([], problems([('nova_gpu.exporter.probe', user)]))
+        self.assertEqual([
+            'nova_gpu.core.probe imports nova_gpu.wsgi_server: the core '
+            'imports only itself'], problems([('nova_gpu.core.probe', user)]))
+        root = os.path.join(tmp, 'root.py')
+        with open(root, 'w') as f:
+            f.write('from nova_gpu.exporter import api\n')
+        self.assertEqual([
+            'nova_gpu.probe imports nova_gpu.exporter.api: the package root '
+            'imports no layer'], problems([('nova_gpu.probe', root)]))

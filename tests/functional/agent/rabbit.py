@@ -1,10 +1,13 @@
-"""A private RabbitMQ node for tests that restart the broker.
+"""RabbitMQ for the functional tests.
 
-The shared broker on 127.0.0.1:5672 serves other tests, so a test that
-stops and starts its broker gets its own node (the Debian package's
-``rabbitmq-server -detached``) on free ports, in its own directory.
+A test that stops and starts its broker gets its own node (the Debian
+package's ``rabbitmq-server -detached``) on free ports, in its own
+directory (``PrivateRabbit``). Every other test uses the broker on
+127.0.0.1:5672 if one runs, else one private node per test worker
+(``SharedOrPrivateRabbit``).
 """
 
+import atexit
 import os
 import pwd
 import shutil
@@ -30,7 +33,10 @@ class PrivateRabbit(fixtures.Fixture):
                                    '(bindep.txt)' % cmd)
         if os.geteuid() != 0:
             raise RuntimeError('starting a private RabbitMQ node needs root')
-        self.dir = tempfile.mkdtemp(prefix='ngpu-rmq-')
+        # In /tmp itself, not $TMPDIR: Nova's test fixtures point that to a
+        # per-test directory only root may enter, and the node runs as the
+        # rabbitmq user (it could not read its own pid file there).
+        self.dir = tempfile.mkdtemp(prefix='ngpu-rmq-', dir='/tmp')
         self.addCleanup(shutil.rmtree, self.dir, ignore_errors=True)
         self.port = _free_port()
         self.node = 'ngpu%d@localhost' % self.port
@@ -82,12 +88,45 @@ class PrivateRabbit(fixtures.Fixture):
         self.ctl('start_app')
 
 
+SHARED = ('127.0.0.1', 5672)
+SHARED_URL = 'rabbit://guest:guest@%s:%d/' % SHARED
+
+# The private node of this process when no broker is shared: started by
+# the first test that needs one, used by every later test of the worker
+# (each uses topics of its own), stopped when the worker exits.
+_worker_node = []
+
+
+def shared_up():
+    """Whether a broker listens on 127.0.0.1:5672."""
+    try:
+        socket.create_connection(SHARED, timeout=2).close()
+        return True
+    except OSError:
+        return False
+
+
+def _stop_worker_node():
+    for node in _worker_node:
+        node.cleanUp()
+
+
 class SharedOrPrivateRabbit(fixtures.Fixture):
-    """The broker on 127.0.0.1:5672 if one runs, else a private node."""
+    """The broker on 127.0.0.1:5672 if one runs, else this worker's own
+    private node (a fresh machine runs no RabbitMQ: the tests start what
+    they need). ``url`` is its transport URL, ``host`` and ``port`` its
+    address.
+    """
 
     def _setUp(self):
-        try:
-            socket.create_connection(('127.0.0.1', 5672), timeout=2).close()
-            self.url = 'rabbit://guest:guest@127.0.0.1:5672/'
-        except OSError:
-            self.url = self.useFixture(PrivateRabbit()).url
+        if shared_up():
+            self.host, self.port = SHARED
+            self.url = SHARED_URL
+            return
+        if not _worker_node:
+            node = PrivateRabbit()
+            node.setUp()
+            _worker_node.append(node)
+            atexit.register(_stop_worker_node)
+        node = _worker_node[0]
+        self.host, self.port, self.url = '127.0.0.1', node.port, node.url

@@ -13,9 +13,13 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 
 import fixtures
 import testtools
+import yaml
+
+from nova_gpu.demo import serve
 
 START_TIMEOUT = 180   # a loaded CI machine; about 10 s on a quiet one
 COMMAND_TIMEOUT = 90
@@ -86,6 +90,35 @@ class ServeTest(testtools.TestCase):
     def json_of(self, *args):
         return json.loads(self.openstack(*(args + ('-f', 'json')))[1])
 
+    def cloud(self):
+        with open(self.clouds_yaml) as f:
+            return yaml.safe_load(f)['clouds']['nova-gpu-demo']
+
+    def compute(self, method, path, body=None):
+        """Call the demo's compute API as its admin; the JSON reply."""
+        cloud = self.cloud()
+        request = urllib.request.Request(
+            cloud['compute_endpoint_override'] + path, method=method,
+            data=None if body is None else json.dumps(body).encode(),
+            headers={'X-Auth-Token': cloud['auth']['token'],
+                     'Content-Type': 'application/json',
+                     'OpenStack-API-Version': 'compute %s'
+                     % cloud['compute_api_version']})
+        with urllib.request.urlopen(request, timeout=COMMAND_TIMEOUT) as r:
+            return json.load(r)
+
+    def metric(self, name, labels=''):
+        """A sample of the demo exporter's /metrics (0 when absent)."""
+        url = self.cloud()['gpu_exporter_url']
+        with urllib.request.urlopen(url + '/metrics', timeout=10) as r:
+            text = r.read().decode()
+        wanted = name + ('{%s}' % labels if labels else '')
+        for line in text.splitlines():
+            key, _sep, value = line.rpartition(' ')
+            if key == wanted:
+                return float(value)
+        return 0
+
     def free(self, profile):
         rows = self.json_of('gpu', 'capacity', '--profile', profile)
         return sum(r['Free'] for r in rows)
@@ -139,6 +172,25 @@ class ServeTest(testtools.TestCase):
         (device,) = shown['GPU Devices']
         self.assertEqual(('h100-1', 'H100-40C'),
                          (device['host'], device['vgpu_type']))
+
+        # The scheduler's notifications reach the demo's exporter: the
+        # placement of vm1, and a request GpuFilter refuses (no A100 here;
+        # t4-1 offers a VGPU, of the wrong model).
+        self.assertEqual(1, self.metric('nova_gpu_placements_total'))
+        # Through the compute API directly: a second ``openstack`` process
+        # would cost this test seconds of start-up for nothing it checks.
+        flavors = self.compute('GET', '/flavors')['flavors']
+        (flavor_id,) = [f['id'] for f in flavors if f['name'] == 'a100.mig']
+        self.compute('POST', '/servers', {'server': {
+            'name': 'vm2', 'imageRef': serve.IMAGE_ID,
+            'flavorRef': flavor_id, 'networks': 'none'}})
+        deadline = time.monotonic() + 30
+        while not self.metric('nova_gpu_scheduler_refusals_total',
+                              'reason="gpu_model"'):
+            self.assertLess(time.monotonic(), deadline,
+                            'the exporter never counted the refusal')
+            time.sleep(0.5)
+        self.assertEqual(1, self.metric('nova_gpu_placements_total'))
 
         # SIGTERM stops the cloud cleanly and takes the clouds.yaml away.
         self.proc.send_signal(signal.SIGTERM)

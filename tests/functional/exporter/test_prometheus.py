@@ -1,12 +1,13 @@
 """A real Prometheus scrapes both exporters of a running cloud.
 
-Host reports go through the agent's publisher and a scheduler refusal
-through the scheduler's emitter, over the real RabbitMQ on 127.0.0.1:5672
-(a private topic), to a running nova-gpu-exporter; an agent-side exporter
-serves a host's GPUs (NVML faked: there is no GPU here). Prometheus
-(Debian's package, bindep.txt) runs on a free port of 127.0.0.1 with the
-shipped rules, scrapes both every second, and its HTTP API must answer
-PromQL queries with the figures nova-gpu computed.
+Host reports go through the agent's publisher, a scheduler refusal and a
+placement through the scheduler's emitter, over a real RabbitMQ (the one
+on 127.0.0.1:5672, else a private node; a topic of its own), to a
+running nova-gpu-exporter; an agent-side exporter serves a host's GPUs
+(NVML faked: there is no GPU here). Prometheus (Debian's package,
+bindep.txt) runs on a free port of 127.0.0.1 with the shipped rules,
+scrapes both every second, and its HTTP API must answer PromQL queries
+with the figures nova-gpu computed.
 """
 
 import json
@@ -34,23 +35,14 @@ from nova_gpu.core import report as report_mod
 from nova_gpu.exporter import cloud
 from nova_gpu.exporter import service
 from nova_gpu.scheduler import notifications
+from tests.functional.agent import rabbit
 from tests.unit.exporter import test_cloud
 from tests.unit.exporter import test_host_exporter
 
-RABBIT = ('127.0.0.1', 5672)
-URL = 'rabbit://guest:guest@%s:%d/' % RABBIT
 PROMETHEUS = shutil.which('prometheus')
 RULES = os.path.join(os.path.dirname(__file__), '..', '..', '..', 'etc',
                      'prometheus', 'nova-gpu-rules.yaml')
 CATALOG = catalog_mod.load_catalog()
-
-
-def _rabbit_up():
-    try:
-        socket.create_connection(RABBIT, timeout=1).close()
-        return True
-    except OSError:
-        return False
 
 
 def _free_port():
@@ -59,13 +51,13 @@ def _free_port():
         return s.getsockname()[1]
 
 
-@testtools.skipUnless(_rabbit_up(), 'no RabbitMQ on %s:%d' % RABBIT)
 @testtools.skipUnless(PROMETHEUS, 'prometheus not installed (bindep.txt)')
 class PrometheusScrapesExportersTest(testtools.TestCase):
 
     def setUp(self):
         super().setUp()
         self.tmp = self.useFixture(fixtures.TempDir()).path
+        self.url = self.useFixture(rabbit.SharedOrPrivateRabbit()).url
         conf = self.useFixture(config_fixture.Config(cfg.CONF)).conf
         self.topic = 'nova_gpu_reports_prom_%s' % uuid.uuid4().hex[:8]
         conf.set_override('report_topic', self.topic, 'gpu_exporter')
@@ -75,10 +67,11 @@ class PrometheusScrapesExportersTest(testtools.TestCase):
                           'gpu_exporter')
         # nova-scheduler's control exchange ("nova", where the agents
         # publish too); building a transport registers the option
-        messaging.get_notification_transport(cfg.CONF, url=URL).cleanup()
+        messaging.get_notification_transport(
+            cfg.CONF, url=self.url).cleanup()
         conf.set_override('control_exchange', 'nova')
-        self.transport = messaging.get_notification_transport(cfg.CONF,
-                                                              url=URL)
+        self.transport = messaging.get_notification_transport(
+            cfg.CONF, url=self.url)
         self.addCleanup(self.transport.cleanup)
         self.cloud = service.Exporter(cfg.CONF, transport=self.transport,
                                       catalog=CATALOG).start()
@@ -160,7 +153,7 @@ class PrometheusScrapesExportersTest(testtools.TestCase):
     def test_promql_answers_with_the_plugins_figures(self):
         outbox = self.useFixture(fixtures.TempDir()).path
         pub = publisher.ReportPublisher(cfg.CONF, self.topic, outbox,
-                                        url=URL, exchange='nova')
+                                        url=self.url, exchange='nova')
         self.addCleanup(pub.close)
         busy = test_cloud.mixed_report(devices=test_cloud.BUSY)
         self.assertEqual(0, pub.publish(busy))
@@ -172,6 +165,12 @@ class PrometheusScrapesExportersTest(testtools.TestCase):
         self.addCleanup(notifications.set_notifier, None)
         self.assertTrue(notifications.refused(
             None, {'no_gpu_fits': 3, 'topology': 1}, 0))
+        # What the scheduler sends once an instance is placed (its real
+        # boot path: tests/functional/scheduler/test_gpu_scheduling).
+        self.assertTrue(notifications.placed(
+            'gpu-1', [1], instance_uuid=str(uuid.uuid4()),
+            slots=[(1, 'vgpu', 'L4-6C')], request='l4.6c',
+            fragmentation_delta=0.25))
 
         # What the core computes for gpu-1, independently of the exporter
         parsed = report_mod.parse(busy, CATALOG)
@@ -190,6 +189,7 @@ class PrometheusScrapesExportersTest(testtools.TestCase):
         self.wait_value('sum(nova_gpu_scheduler_refusals_total)', 4)
         self.wait_value('nova_gpu_scheduler_refusals_total{reason='
                         '"no_gpu_fits"}', 3)
+        self.wait_value('nova_gpu_placements_total', 1)
         # the host exporter, and a recording rule of the shipped rules
         self.wait_value('nova_gpu_gpu_utilization_ratio{job="nova-gpu-agent"'
                         ',gpu="0"}', 0.87)

@@ -89,7 +89,9 @@ class FilterTest(_FilterBase):
         passed = self.run_filter(states, self.request(
             gpu__profile='H100-10C', resources__VGPU='1'))
         self.assertEqual(['h2'], [s.nodename for s in passed])
-        [(event, payload)] = Notifier.sent
+        # The request also fed the demand the scheduler publishes.
+        [(event, payload)] = [(e, p) for e, p in Notifier.sent
+                              if e != notification.DEMAND_EVENT]
         self.assertEqual(notification.REFUSAL_EVENT, event)
         data = payload['nova_object.data']
         self.assertEqual({notification.GPU_MODEL: 1}, data['refusals'])
@@ -419,3 +421,125 @@ class WeigherTiesTest(_FilterBase):
             [weigher], states, spec_obj)
         # Nova's min-max normalisation leaves a tie a tie.
         self.assertEqual([0.0, 0.0], [w.weight for w in weighed])
+
+
+class PlacedNotificationTest(_FilterBase):
+    """gpu.placement.decided: sent once per instance when Nova places it
+    (SchedulerManager._consume_selected_host, hooked when GpuFilter is
+    built), with the host Nova chose and the GPUs of candidate 0.
+    """
+
+    def setUp(self):
+        super().setUp()
+        from nova.scheduler import manager
+        self.sent = self.useFixture(base.Notifications())
+        # The hooked static method, as Nova's _schedule calls it.
+        self.consume = manager.SchedulerManager._consume_selected_host
+
+    def request(self, name='f', **specs):
+        spec_obj = super().request(**specs)
+        spec_obj.flavor.name = name
+        # What HostState.consume_from_request reads.
+        spec_obj.instance_group = None
+        spec_obj.numa_topology = None
+        spec_obj.pci_requests = objects.InstancePCIRequests(requests=[])
+        return spec_obj
+
+    def test_sent_once_with_the_gpus_of_candidate_0(self):
+        self.add_host('h1', 'A100-40GB', vgpu_type='A100-10C', used={2: 1})
+        # Nova's HostState.host (the compute service) and nodename differ.
+        state = host_manager.HostState('compute-1', 'h1', 'cell')
+        state.allocation_candidates = [candidate('h1-rp0'),
+                                       candidate('h1-rp1'),
+                                       candidate('h1-rp2')]
+        spec_obj = self.request(resources__VGPU='1')
+        self.run_filter([state], spec_obj)
+        self.assertEqual([], self.sent.placed())  # not placed yet
+        self.consume(state, spec_obj, instance_uuid=uuids.i1)
+        (payload,) = self.sent.placed()
+        self.assertEqual('compute-1', payload.host)
+        self.assertEqual([2], payload.gpus)  # the packing choice: rp2
+        self.assertEqual(['h1-rp2'],
+                         list(state.allocation_candidates[0]['allocations']))
+        self.assertEqual([[2, 'vgpu', 'A100-10C']], payload.slots)
+        self.assertEqual(uuids.i1, payload.instance_uuid)
+        self.assertEqual('f', payload.request)
+        self.assertIsInstance(payload.fragmentation_delta, float)
+        # Nova consumed the host as without the plugin.
+        self.assertEqual(1, state.num_instances)
+        # Once: the pass's choice is spent.
+        self.consume(state, spec_obj, instance_uuid=uuids.i1)
+        self.assertEqual(1, len(self.sent.placed()))
+
+    def test_each_instance_of_a_multi_create(self):
+        self.add_host('h1', 'A100-40GB', count=2, vgpu_type='A100-40C')
+        state = self.host_state('h1', [candidate('h1-rp0'),
+                                       candidate('h1-rp1')])
+        spec_obj = self.request(resources__VGPU='1')
+        spec_obj.num_instances = 2
+        for uuid in (uuids.i1, uuids.i2):
+            spec_obj.instance_uuid = uuid
+            self.assertEqual([state], self.run_filter([state], spec_obj))
+            self.consume(state, spec_obj, instance_uuid=uuid)
+        self.assertEqual([(uuids.i1, [0]), (uuids.i2, [1])],
+                         [(p.instance_uuid, p.gpus)
+                          for p in self.sent.placed()])
+
+    def test_another_request_filtering_the_host_meanwhile(self):
+        from nova_gpu.scheduler import filters
+        # nova-scheduler serves requests concurrently: B filters the same
+        # HostState (its decision replaces A's there) while Nova claims
+        # for A. A's notification still carries A's choice.
+        self.add_host('h1', 'A100-40GB', vgpu_type='A100-10C', used={2: 1})
+        state = self.host_state('h1', [candidate('h1-rp0'),
+                                       candidate('h1-rp2')])
+        a = self.request('a', resources__VGPU='1')
+        b = self.request('b', resources__VGPU='1')
+        b.instance_uuid = uuids.i2
+        self.run_filter([state], a)
+        first = state.allocation_candidates
+        # Placement offered B only GPU 0 meanwhile.
+        state.allocation_candidates = [candidate('h1-rp0')]
+        self.run_filter([state], b)
+        self.assertEqual((0,), getattr(state, filters.DECISION).ranked.gpus)
+        state.allocation_candidates = first
+        self.consume(state, a, instance_uuid=uuids.i1)
+        (payload,) = self.sent.placed()
+        self.assertEqual((uuids.i1, 'a', [2]), (
+            payload.instance_uuid, payload.request, payload.gpus))
+
+    def test_nothing_without_a_gpu_choice(self):
+        self.add_host('h1', 'A100-40GB', vgpu_type='A100-10C')
+        # Not a GPU request.
+        plain = self.request()
+        state = self.host_state('h1', [candidate('h1-rp0')])
+        self.run_filter([state], plain)
+        self.consume(state, plain, instance_uuid=uuids.i1)
+        # No allocation candidates (Placement not used): the compute
+        # chooses the device, not this plugin.
+        spec_obj = self.request(resources__VGPU='1')
+        state = self.host_state('h1', [])
+        self.assertEqual([state], self.run_filter([state], spec_obj))
+        self.consume(state, spec_obj, instance_uuid=uuids.i1)
+        # Another instance than the pass's.
+        state = self.host_state('h1', [candidate('h1-rp0')])
+        self.run_filter([state], spec_obj)
+        self.consume(state, spec_obj, instance_uuid=uuids.other)
+        self.assertEqual([], self.sent.placed())
+
+    def test_never_raises_into_scheduling(self):
+        from nova_gpu.scheduler import notifications
+
+        class Broken:
+            def info(self, *args):
+                raise RuntimeError('broker gone')
+        notifications.set_notifier(Broken())
+        log = self.useFixture(fixtures.FakeLogger(level=logging.WARNING))
+        self.add_host('h1', 'A100-40GB', vgpu_type='A100-10C')
+        state = self.host_state('h1', [candidate('h1-rp0')])
+        spec_obj = self.request(resources__VGPU='1')
+        self.run_filter([state], spec_obj)
+        self.consume(state, spec_obj, instance_uuid=uuids.i1)
+        self.assertEqual(1, state.num_instances)
+        self.assertIn('gpu.placement.decided not sent: broker gone',
+                      log.output)

@@ -11,7 +11,11 @@ its own tests in test_gpu_paths.
 
 from nova.tests.functional.api import client
 
+from nova_gpu.core import notification
+from nova_gpu.exporter import cloud as exporter_cloud
+from nova_gpu.exporter import listener as exporter_listener
 from nova_gpu.testing import cloud
+from tests.unit.scheduler import base
 
 HOSTS = (
     # GPUs 0,1 on NUMA node 0; 2,3 on node 1.
@@ -50,6 +54,7 @@ class _Base(cloud.GpuCloudTestCase):
 class PluginPlacementTest(_Base):
 
     def test_stock_vgpu_flavor_packs_onto_the_used_gpu(self):
+        sent = self.useFixture(base.Notifications())
         used, server = self.pack_scenario()
         # Fragmentation policy: the partly used A100 GPU, not a fresh one
         # (another VF of it: another provider).
@@ -58,6 +63,21 @@ class PluginPlacementTest(_Base):
         (dev,) = self.guest_devices(server)
         self.assertEqual((used[1],), self.ranked_first(server))
         self.assertEqual(used[1], dev.gpu)
+        # gpu.placement.decided, once per server: the host and the GPU it
+        # got (Placement's allocation and the guest's device agree).
+        first, second = sent.placed()
+        self.assertEqual((second.instance_uuid, second.host, second.gpus),
+                         (server['id'], 'a100', [dev.gpu]))
+        self.assertEqual([[dev.gpu, 'vgpu', 'A100-10C']], second.slots)
+        self.assertEqual(('a100', [used[1]]), (first.host, first.gpus))
+        self.assertNotEqual(server['id'], first.instance_uuid)
+        # nova-gpu-exporter counts them.
+        state = exporter_cloud.CloudState(self.gpu_view.catalog)
+        endpoint = exporter_listener.Endpoint(state)
+        for m in sent.messages(notification.PLACEMENT_EVENT):
+            endpoint.info({}, m['publisher_id'], m['event_type'],
+                          m['payload'], {})
+        self.assertEqual(2, state.snapshot_counters()['placements'])
 
     def test_by_need_serves_the_smallest_device(self):
         # 12GB: L4-12C is exactly 12GB; H100-20C would strand 8GB and
@@ -153,6 +173,7 @@ class MultiCreateTest(cloud.GpuCloudTestCase):
             'OS-EXT-SRV-ATTR:host']
 
     def test_multi_create_no_double_allocation(self):
+        sent = self.useFixture(base.Notifications())
         flavor = self.create_gpu_flavor({'gpu:model': 'T4'})
         body = self._build_server(image_uuid=cloud.IMAGE, flavor_id=flavor,
                                   networks='none')
@@ -175,6 +196,11 @@ class MultiCreateTest(cloud.GpuCloudTestCase):
         self.assertEqual({0: 2, 1: 2}, per_gpu)
         self.assertEqual(2, len(functions))
         self.assertEqual({0: (2, 2), 1: (2, 2)}, self.vgpu_usage('t4'))
+        # One gpu.placement.decided per server, with the GPU it got.
+        self.assertEqual(
+            sorted((s['id'], 't4', self.gpus_of(s)) for s in servers),
+            sorted((p.instance_uuid, p.host, p.gpus)
+                   for p in sent.placed()))
 
 
 class StockPlacementTest(_Base):

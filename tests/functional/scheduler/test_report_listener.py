@@ -1,6 +1,5 @@
 """Agent reports reach the scheduler's view through a real RabbitMQ."""
 
-import socket
 import threading
 import time
 import uuid
@@ -19,30 +18,25 @@ from nova_gpu.core import host as host_mod
 from nova_gpu.core import report as report_mod
 from nova_gpu.scheduler import listener
 from nova_gpu.scheduler import view as view_mod
-
-RABBIT = ('127.0.0.1', 5672)
-URL = 'rabbit://guest:guest@%s:%d/' % RABBIT
-AMQP = 'amqp://guest:guest@%s:%d//' % RABBIT  # the same broker, for kombu
+from tests.functional.agent import rabbit
 
 
-def _rabbit_up():
-    try:
-        socket.create_connection(RABBIT, timeout=1).close()
-        return True
-    except OSError:
-        return False
+def _amqp(broker):
+    """The same broker's URL for kombu."""
+    return 'amqp://guest:guest@%s:%d//' % (broker.host, broker.port)
 
 
-@testtools.skipUnless(_rabbit_up(), 'no RabbitMQ on %s:%d' % RABBIT)
 class ReportListenerTest(testtools.TestCase):
 
     def setUp(self):
         super().setUp()
+        self.broker = self.useFixture(rabbit.SharedOrPrivateRabbit())
         conf = self.useFixture(config_fixture.Config(cfg.CONF)).conf
         self.topic = 'nova_gpu_reports_test_%s' % uuid.uuid4().hex[:8]
         conf.set_override('report_topic', self.topic, 'gpu_scheduler')
         self.view = view_mod.GpuView()
-        transport = messaging.get_notification_transport(cfg.CONF, url=URL)
+        transport = messaging.get_notification_transport(
+            cfg.CONF, url=self.broker.url)
         self.addCleanup(transport.cleanup)
         self.server = listener.start(self.view, transport)
         self.addCleanup(self.server.wait)
@@ -66,7 +60,7 @@ class ReportListenerTest(testtools.TestCase):
     def test_agent_publisher_to_scheduler_view(self):
         outbox = self.useFixture(fixtures.TempDir()).path
         pub = publisher.ReportPublisher(cfg.CONF, self.topic, outbox,
-                                        url=URL)
+                                        url=self.broker.url)
         self.addCleanup(pub.close)
         self.assertEqual(0, pub.publish(self.report(1)))
         entry = self.wait_for(1)
@@ -81,9 +75,9 @@ class ReportListenerTest(testtools.TestCase):
     def shared_queue_depth(self, timeout=10):
         import kombu
         name = '%s.info' % self.topic
-        with kombu.Connection(AMQP) as conn:
+        with kombu.Connection(_amqp(self.broker)) as conn:
             channel = conn.channel()
-            self.addCleanup(_delete_queue, name)
+            self.addCleanup(_delete_queue, _amqp(self.broker), name)
             deadline = time.time() + timeout
             while True:
                 _name, depth, _consumers = channel.queue_declare(
@@ -93,13 +87,12 @@ class ReportListenerTest(testtools.TestCase):
                 time.sleep(0.2)
 
 
-def _delete_queue(name):
+def _delete_queue(url, name):
     import kombu
-    with kombu.Connection(AMQP) as conn:
+    with kombu.Connection(url) as conn:
         conn.channel().queue_delete(queue=name)
 
 
-@testtools.skipUnless(_rabbit_up(), 'no RabbitMQ on %s:%d' % RABBIT)
 class SchedulerServiceLifecycleTest(nova_test.TestCase):
     """Issue 10 item 8 / issue 9 item 6: the listener lives and dies with
     the nova-scheduler service (Nova's RPCPollerCleanupFixture, active in
@@ -119,7 +112,9 @@ class SchedulerServiceLifecycleTest(nova_test.TestCase):
                    group='gpu_scheduler')
         # Nova's own RPC and notifications stay on the fake bus the base
         # class set up; the GPU reports come over the real broker.
-        self.flags(transport_url=URL, group='oslo_messaging_notifications')
+        self.broker = self.useFixture(rabbit.SharedOrPrivateRabbit())
+        self.flags(transport_url=self.broker.url,
+                   group='oslo_messaging_notifications')
 
     def report(self, generation):
         model = catalog_mod.load_catalog().model('L4')
@@ -128,6 +123,9 @@ class SchedulerServiceLifecycleTest(nova_test.TestCase):
         return report_mod.host_to_dict(host, generation=generation)
 
     def test_listener_started_and_stopped_with_the_service(self):
+        # Threads other tests of this worker left running are not this
+        # service's.
+        before = set(threading.enumerate())
         service = self.start_service('scheduler')
         found = listener.listener_of(service.manager)
         self.assertIsNotNone(found)
@@ -141,7 +139,7 @@ class SchedulerServiceLifecycleTest(nova_test.TestCase):
 
         outbox = self.useFixture(fixtures.TempDir()).path
         pub = publisher.ReportPublisher(cfg.CONF, self.topic, outbox,
-                                        url=URL)
+                                        url=self.broker.url)
         try:
             self.assertEqual(0, pub.publish(self.report(1)))
         finally:
@@ -159,14 +157,15 @@ class SchedulerServiceLifecycleTest(nova_test.TestCase):
         # The poller, its executor and the broker connection's heartbeat
         # threads are gone: nothing of the listener outlives the service.
         deadline = time.time() + 10
-        while time.time() < deadline and self._messaging_threads():
+        while time.time() < deadline and self._messaging_threads(before):
             time.sleep(0.1)
-        self.assertEqual([], self._messaging_threads())
+        self.assertEqual([], self._messaging_threads(before))
 
     @staticmethod
-    def _messaging_threads():
-        return [t.name for t in threading.enumerate() if t.is_alive() and (
-            t.name == 'Rabbit-heartbeat' or '_runner' in t.name)]
+    def _messaging_threads(before):
+        return [t.name for t in threading.enumerate()
+                if t not in before and t.is_alive() and (
+                    t.name == 'Rabbit-heartbeat' or '_runner' in t.name)]
 
     def test_no_listener_without_the_option_or_the_plugin(self):
         self.flags(report_listener=False, group='gpu_scheduler')

@@ -168,3 +168,61 @@ class TestOutput(CliCase):
         self.assertIn('| 0000:3b:00.0 | T4 ', out)
         self.assertIn('| 0000:c1:00.0 | L40S ', out)
         self.assertIn('vfio-pci', out)
+
+
+class TestCliff(CliCase):
+    """The commands are cliff's: formatters, help, entry points."""
+
+    def test_formatters(self):
+        rows = json.loads(self.run_cli('list', '-f', 'json').stdout)
+        self.assertEqual(['0000:3b:00.0', '0000:86:00.0', '0000:c1:00.0'],
+                         [r['ADDRESS'] for r in rows])
+        self.assertEqual('vfio-pci', rows[2]['DRIVER'])
+        out = self.run_cli('profiles', '-f', 'value', '-c', 'TYPE', '-c',
+                           'FREE').stdout
+        self.assertEqual(['nvidia-222 16', '1062 1'], out.splitlines())
+        out = self.run_cli('report', '--providers', '-f', 'csv', '-c',
+                           'PROVIDER').stdout
+        self.assertEqual(['"PROVIDER"', '"cmp1_pci_0000_3b_00_0"',
+                          '"cmp1_0000:86:00.0"', '"cmp1_0000:C1:00.0"'],
+                         out.splitlines())
+
+    def test_json_prints_the_whole_result(self):
+        # --json: the GPUs of the host report, beyond the table's columns
+        gpus = json.loads(self.run_cli('--json', 'list').stdout)
+        self.assertEqual(['0000:3b:00.0', '0000:86:00.0', '0000:c1:00.0'],
+                         [g['address'] for g in gpus])
+        self.assertIn('providers', gpus[0])
+
+    def test_config_files_in_order(self):
+        # Each --config-file is read, the later one winning, by
+        # oslo.config (not from the command line a second time).
+        second = self.write('second.conf', '[gpu_agent]\nhost = cmp2\n')
+        out = self.run_cli('--config-file', second, 'report',
+                           '--providers', '-f', 'value', '-c',
+                           'PROVIDER').stdout
+        self.assertEqual(['cmp2_pci_0000_3b_00_0', 'cmp2_0000:86:00.0',
+                          'cmp2_0000:C1:00.0'], out.splitlines())
+
+    def test_help_lists_every_command(self):
+        out = self.run_cli('--help').stdout
+        for name in ('list', 'profiles', 'create mdev', 'create vgpu',
+                     'create mig', 'remove mdev', 'remove vgpu',
+                     'remove mig', 'attach', 'detach', 'reconcile',
+                     'report'):
+            self.assertIn('\n  %s ' % name, out)
+
+    def test_usage_errors(self):
+        proc = self.run_cli(rc=2)  # no command: no interactive shell
+        self.assertIn('a command is required', proc.stderr)
+        proc = self.run_cli('create', 'mig', '0', rc=2)
+        self.assertIn('the following arguments are required: profile',
+                      proc.stderr)
+        proc = self.run_cli('destroy', rc=2)
+        self.assertIn("'destroy' is not a nova-gpu command", proc.stdout)
+
+    def test_short_debug_option(self):
+        proc = self.run_cli('-d', 'remove', 'vgpu', '0000:86:00.7', rc=1)
+        self.assertIn('Traceback', proc.stderr)
+        self.assertTrue(proc.stderr.strip().splitlines()[-1].startswith(
+            'nova-gpu: error: PCI device 0000:86:00.7 does not exist'))

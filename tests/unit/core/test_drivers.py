@@ -61,7 +61,7 @@ class TestRule(base.TestCase):
         t4 = self.model('T4')
         hosts = {n: fixtures.pcie_host(n, t4, gpus=1, numa_nodes=1)
                  for n in ('old', 'new', 'src')}
-        p = H.Placement('src', (H.Slot(0, H.VGPU, 'T4-8C'),))
+        p = H.Assignment('src', (H.Slot(0, H.VGPU, 'T4-8C'),))
         hosts['src'].allocate(p)
         guest = moves.Server('vm', p, movable=True, driver_branch='R550')
         rule = drivers.compatibility_rule({'old': R535, 'src': R550})

@@ -102,8 +102,8 @@ class EngineTest(base.TestCase):
     def test_numa_topology_is_strict(self):
         host = fixtures.pcie_host('p', self.model('L40S'), gpus=4)
         # Leave one free GPU on each NUMA node.
-        host.allocate(H.Placement('p', (H.Slot(0, H.WHOLE),
-                                        H.Slot(2, H.WHOLE))))
+        host.allocate(H.Assignment('p', (H.Slot(0, H.WHOLE),
+                                         H.Slot(2, H.WHOLE))))
         r = req('whole', count=2, topology='numa')
         self.assertEqual([], self.engine.rank(host, r))
         loose = self.engine.best(host, req('whole', count=2))
@@ -120,7 +120,7 @@ class EngineTest(base.TestCase):
         host = fixtures.pcie_host('p', self.model('L40S'), gpus=4,
                                   cpu_milli=16000, memory_mib=64000)
         # NUMA node 0 has no room for 6 CPUs any more.
-        host.allocate(H.Placement('p', (), 0, 5000, 0))
+        host.allocate(H.Assignment('p', (), 0, 5000, 0))
         r = req('whole', cpu_milli=6000, memory_mib=1000,
                 numa_affinity='require')
         for c in self.engine.rank(host, r):
@@ -148,7 +148,7 @@ class EngineTest(base.TestCase):
 
     def test_no_fit_names_profile(self):
         host = fixtures.pcie_host('p', self.model('T4'), gpus=1)
-        host.allocate(H.Placement('p', (H.Slot(0, H.VGPU, 'T4-8C'),)))
+        host.allocate(H.Assignment('p', (H.Slot(0, H.VGPU, 'T4-8C'),)))
         err = self.assertRaises(exceptions.NoFit, self.engine.best, host,
                                 req('vgpu', 'T4-4C'))
         self.assertIn('T4-4C', err.reason)
@@ -181,8 +181,8 @@ class EngineScoringTest(base.TestCase):
         host = H.Host('t', [H.Gpu(i, model) for i in range(4)], 32000,
                       128000)
         for i, milli in enumerate((810, 500, 250)):
-            host.allocate(H.Placement('t', (H.Slot(i, H.SHARE, milli),),
-                                      None, 4000, 8000))
+            host.allocate(H.Assignment('t', (H.Slot(i, H.SHARE, milli),),
+                                       None, 4000, 8000))
         demand = frag.Demand([
             frag.DemandItem(req('share', milli=500, cpu_milli=4000), 3),
             frag.DemandItem(req('share', milli=200, cpu_milli=2000), 2),

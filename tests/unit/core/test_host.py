@@ -114,15 +114,15 @@ class HostTest(base.TestCase):
     def test_allocate_is_all_or_nothing(self):
         host = self.host()
         before = host.snapshot()
-        bad = H.Placement('h', (H.Slot(0, H.WHOLE), H.Slot(1, H.WHOLE),
-                                H.Slot(1, H.WHOLE)), None, 100, 10)
+        bad = H.Assignment('h', (H.Slot(0, H.WHOLE), H.Slot(1, H.WHOLE),
+                                 H.Slot(1, H.WHOLE)), None, 100, 10)
         self.assertRaises(exceptions.AllocationError, host.allocate, bad)
         self.assertEqual(before, host.snapshot())
 
     def test_allocate_free_inverse_with_numa(self):
         host = self.host()
         before = host.snapshot()
-        p = H.Placement('h', (H.Slot(1, H.VGPU, 'A100-10C'),), 1, 4000, 500)
+        p = H.Assignment('h', (H.Slot(1, H.VGPU, 'A100-10C'),), 1, 4000, 500)
         host.allocate(p)
         self.assertEqual(4000, host.cells[1].cpu_used)
         self.assertEqual(12000, host.cpu_free)
@@ -132,23 +132,23 @@ class HostTest(base.TestCase):
     def test_cpu_and_cell_limits(self):
         host = self.host()
         self.assertRaises(exceptions.AllocationError, host.allocate,
-                          H.Placement('h', (), None, 16001, 0))
+                          H.Assignment('h', (), None, 16001, 0))
         self.assertRaises(exceptions.AllocationError, host.allocate,
-                          H.Placement('h', (), 0, 9000, 0))
+                          H.Assignment('h', (), 0, 9000, 0))
         self.assertRaises(exceptions.AllocationError, host.allocate,
-                          H.Placement('h', (), 5, 1, 0))
+                          H.Assignment('h', (), 5, 1, 0))
 
     def test_wrong_host_and_gpu(self):
         host = self.host()
         self.assertRaises(exceptions.AllocationError, host.allocate,
-                          H.Placement('other', ()))
+                          H.Assignment('other', ()))
         self.assertRaises(exceptions.AllocationError, host.allocate,
-                          H.Placement('h', (H.Slot(9, H.WHOLE),)))
+                          H.Assignment('h', (H.Slot(9, H.WHOLE),)))
 
     def test_free_more_than_used(self):
         host = self.host()
         self.assertRaises(exceptions.AllocationError, host.free,
-                          H.Placement('h', (), None, 1, 0))
+                          H.Assignment('h', (), None, 1, 0))
 
     def test_gpu_indices_in_order(self):
         a100 = self.model('A100-40GB')

@@ -99,7 +99,7 @@ class MigVgpuTypesTest(base.TestCase):
         slot = H.Slot(0, H.MIG, ('3g.20gb', 0, 'A100-3-20C'))
         err = self.assertRaises(exceptions.AllocationError,
                                 self.host.allocate,
-                                H.Placement('h', (slot,)))
+                                H.Assignment('h', (slot,)))
         self.assertIn('A100-3-20C is not enabled', str(err))
         self.assertEqual(0, self.host.gpus[0].mig_mask)
 
@@ -107,7 +107,7 @@ class MigVgpuTypesTest(base.TestCase):
         slot = H.Slot(0, H.MIG, ('3g.20gb', 0, ENABLED))
         err = self.assertRaises(exceptions.AllocationError,
                                 self.host.allocate,
-                                H.Placement('h', (slot,)))
+                                H.Assignment('h', (slot,)))
         self.assertIn('not backed by MIG 3g.20gb', str(err))
 
     def test_no_enabled_list_allows_every_type_of_the_model(self):
@@ -162,5 +162,5 @@ class EnabledTypesPropertyTest(base.TestCase):
                 vgpu_name = (slot.detail if slot.kind == H.VGPU
                              else slot.detail[2])
                 self.assertEqual(name, vgpu_name)
-                host.allocate(H.Placement('h', (slot,)))
-                host.free(H.Placement('h', (slot,)))
+                host.allocate(H.Assignment('h', (slot,)))
+                host.free(H.Assignment('h', (slot,)))

@@ -22,12 +22,12 @@ ENGINE = engine_mod.PlacementEngine(demand_mod.catalog_demand(
 
 
 def vgpu(host, gpu, profile, cpu=0, mem=0):
-    return H.Placement(host, (H.Slot(gpu, H.VGPU, profile),), None, cpu,
-                       mem)
+    return H.Assignment(host, (H.Slot(gpu, H.VGPU, profile),), None, cpu,
+                        mem)
 
 
 def whole(host, *gpus):
-    return H.Placement(host, tuple(H.Slot(g, H.WHOLE) for g in gpus))
+    return H.Assignment(host, tuple(H.Slot(g, H.WHOLE) for g in gpus))
 
 
 def cloud(n_hosts=3, gpus=2):

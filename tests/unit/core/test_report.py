@@ -54,7 +54,7 @@ class ReportTest(base.TestCase):
                                  mig=True)
         slots = [H.Slot(0, H.MIG, ('3g.20gb', 4, None)),
                  H.Slot(1, H.MIG, ('1g.5gb', 6, None))]
-        host.allocate(H.Placement('c1', tuple(slots)))
+        host.allocate(H.Assignment('c1', tuple(slots)))
         devices = {0: [{'kind': 'mig', 'detail': ['3g.20gb', 4, None]}],
                    1: [{'kind': 'mig', 'detail': ['1g.5gb', 6, None]}]}
         data = report.host_to_dict(

@@ -312,6 +312,36 @@ class SchedulerEmitterTest(testtools.TestCase):
         self.assertEqual(1, counters['refusals']['other'])
         self.assertEqual(1, counters['requests_unplaced'])
 
+    def test_placed_reaches_the_exporter_state(self):
+        self.assertTrue(notifications.placed(
+            'gpu-1', (0,), instance_uuid='uuid-1',
+            slots=[host_mod.Slot(0, host_mod.MIG, ('3g.20gb', 4, None))],
+            request='a100.mig', fragmentation_delta=0.5))
+        (ctxt, message, priority, retry), = _impl_test.NOTIFICATIONS
+        self.assertEqual(notification.PLACEMENT_EVENT, message['event_type'])
+        wire = json.loads(json.dumps(message['payload']))
+        payload = notification.parse(notification.PLACEMENT_EVENT, wire)
+        self.assertEqual(('gpu-1', [0], 'uuid-1', 'a100.mig', 0.5),
+                         (payload.host, payload.gpus, payload.instance_uuid,
+                          payload.request, payload.fragmentation_delta))
+        # [gpu, kind, detail], the MIG detail as a list, as on the wire.
+        self.assertEqual([[0, 'mig', ['3g.20gb', 4, None]]],
+                         message['payload']['nova_object.data']['slots'])
+        state = cloud.CloudState(CATALOG)
+        listener.Endpoint(state).info({}, message['publisher_id'],
+                                      message['event_type'], wire, {})
+        self.assertEqual(1, state.snapshot_counters()['placements'])
+
+    def test_sends_without_retrying_a_lost_broker(self):
+        # Nova's [oslo_messaging_notifications] retry (-1) would retry for
+        # ever inside the scheduling request.
+        notifications.set_notifier(None)
+        self.useFixture(config_fixture.Config(cfg.CONF)).config(
+            transport_url='fake:/', group='oslo_messaging_notifications')
+        self.addCleanup(notifications.reset)
+        self.assertEqual(0, notifications._get_notifier().retry)
+        self.assertEqual(-1, cfg.CONF.oslo_messaging_notifications.retry)
+
     def test_never_raises(self):
         notifications.set_notifier(None)
         self.useFixture(config_fixture.Config(cfg.CONF)).config(
@@ -325,3 +355,40 @@ class ListenTest(testtools.TestCase):
         self.assertEqual(('127.0.0.1', 9836),
                          service.parse_listen('127.0.0.1:9836'))
         self.assertRaises(ValueError, service.parse_listen, 'nope')
+
+
+class HostDetailForPlannersTest(testtools.TestCase):
+    """``/v1/hosts/<host>`` carries what ``core.inventory`` needs to give
+    a planner outside the scheduler the host the scheduler sees: NVLink
+    peers, PCIe switches, CPU, memory, NUMA cells and the vGPU manager.
+    """
+
+    def test_detail_round_trips_to_the_reported_host(self):
+        from nova_gpu.core import drivers
+        from nova_gpu.core import inventory
+        h100 = CATALOG.model('H100-80GB')
+        host = host_mod.Host('nv-1', [
+            host_mod.Gpu(i, h100, numa_node=i // 2,
+                         pcie_switch='sw%d' % (i // 2),
+                         nvlink_peers=[i ^ 1]) for i in range(4)],
+            cpu_milli=64000, memory_mib=262144)
+        info = drivers.DriverInfo.build('550.54.14', ['R535', 'R550'],
+                                        None)
+        state = cloud.CloudState(CATALOG, clock=Clock())
+        state.ingest_report(report_mod.host_to_dict(host, drivers=info))
+        app = api.Api(state, prometheus_client.CollectorRegistry(), 180)
+        status = []
+        body = b''.join(app({'PATH_INFO': '/v1/hosts/nv-1',
+                             'REQUEST_METHOD': 'GET',
+                             'wsgi.input': io.BytesIO(),
+                             'QUERY_STRING': ''},
+                            lambda s, h: status.append(s)))
+        detail = json.loads(body)
+        hosts, infos = inventory.hosts_from_api([detail], CATALOG)
+        seen = hosts['nv-1']
+        self.assertEqual([frozenset([i ^ 1]) for i in range(4)],
+                         [frozenset(g.nvlink_peers) for g in seen.gpus])
+        self.assertEqual(['sw0', 'sw0', 'sw1', 'sw1'],
+                         [g.pcie_switch for g in seen.gpus])
+        self.assertEqual((64000, 262144), (seen.cpu_milli, seen.memory_mib))
+        self.assertEqual(info.guest_branches, infos['nv-1'].guest_branches)

@@ -15,7 +15,7 @@ WHOLE = R.GpuRequest(H.WHOLE)
 
 
 def vgpu(host, gpu, profile='T4-16C'):
-    return H.Placement(host, (H.Slot(gpu, H.VGPU, profile),))
+    return H.Assignment(host, (H.Slot(gpu, H.VGPU, profile),))
 
 
 class TestReclaimer(testtools.TestCase):

@@ -1,12 +1,21 @@
-"""Helpers for the scheduler plugin unit tests: GPU hosts and reports."""
+"""Helpers for the scheduler plugin unit tests: GPU hosts and reports,
+and the notifications the scheduler sends.
+"""
 
+import json
+
+import fixtures
 from oslo_config import cfg
 from oslo_config import fixture as config_fixture
+import oslo_messaging as messaging
+from oslo_messaging.notify import _impl_test
 import testtools
 
 from nova_gpu.core import catalog as catalog_mod
 from nova_gpu.core import host as host_mod
+from nova_gpu.core import notification
 from nova_gpu.core import report as report_mod
+from nova_gpu.scheduler import notifications
 from nova_gpu.scheduler import view as view_mod
 
 CATALOG = catalog_mod.load_catalog()
@@ -40,11 +49,42 @@ def gpu_report(nodename, model, count=4, vgpu_type=None, per_numa=2,
         devices=devices)
 
 
+class Notifications(fixtures.Fixture):
+    """Records what ``nova_gpu.scheduler.notifications`` sends, through an
+    oslo.messaging Notifier (its ``test`` driver), as the wire carries it.
+    """
+
+    def _setUp(self):
+        transport = messaging.get_notification_transport(cfg.CONF,
+                                                         url='fake:/')
+        self.addCleanup(transport.cleanup)
+        notifications.set_notifier(messaging.Notifier(
+            transport, driver='test', publisher_id='nova-gpu-scheduler:t'))
+        self.addCleanup(notifications.set_notifier, None)
+        _impl_test.reset()
+        self.addCleanup(_impl_test.reset)
+
+    def messages(self, event_type):
+        """The messages of ``event_type`` sent so far, JSON round-tripped."""
+        return [json.loads(json.dumps(m))
+                for _ctxt, m, _prio, _retry in _impl_test.NOTIFICATIONS
+                if m['event_type'] == event_type]
+
+    def placed(self):
+        """The placement payloads sent so far (``PlacementPayload``)."""
+        return [notification.parse(m['event_type'], m['payload'])
+                for m in self.messages(notification.PLACEMENT_EVENT)]
+
+
 class TestCase(testtools.TestCase):
 
     def setUp(self):
         super().setUp()
         self.conf = self.useFixture(config_fixture.Config(cfg.CONF)).conf
+        # What the scheduler would send is recorded, never sent: a test
+        # must not build a transport to whatever broker the default URL
+        # names (none, on a fresh machine) nor leave one to later tests.
+        self.notices = self.useFixture(Notifications())
         self.now = 1000.0
         self.view = view_mod.GpuView(CATALOG, clock=lambda: self.now)
 

@@ -93,6 +93,7 @@ def random_cluster(rng, n=12):
         cluster.cpu[i] = host.cpu_free
         cluster.mem[i] = host.memory_free
         hosts.append(host)
+    cluster.recount()
     return cluster, hosts
 
 
@@ -127,6 +128,7 @@ class FragmentationEquivalenceTest(testtools.TestCase):
         fresh.left, fresh.cpu, fresh.mem = (cluster.left.copy(),
                                             cluster.cpu.copy(),
                                             cluster.mem.copy())
+        fresh.recount()
         np.testing.assert_allclose(fresh.track(demand)[3], entry[3])
 
 
@@ -176,8 +178,8 @@ class CostEquivalenceTest(testtools.TestCase):
                                       cluster.left[n], num))
                 else:
                     slots = ()
-                placement = host_mod.Placement(host.name, slots, None,
-                                               task[0], task[1])
+                placement = host_mod.Assignment(host.name, slots, None,
+                                                task[0], task[1])
                 scalar = scoring.host_placement_cost(
                     host, placement, core, policy.strand, weights, reserve)
                 self.assertAlmostEqual(scalar, vector[k], places=6,

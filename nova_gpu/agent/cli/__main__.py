@@ -1,0 +1,5 @@
+import sys
+
+from nova_gpu.agent import cli
+
+sys.exit(cli.main())

@@ -1,0 +1,267 @@
+"""nova-gpu-reclaimer: evicts spot GPU servers for on-demand ones.
+
+Run it once per cloud with admin credentials (``[gpu_reclaimer] cloud``)
+and access to the notification transport::
+
+    nova-gpu-reclaimer --config-file /etc/nova-gpu/nova-gpu.conf
+
+Triggers (``doc/source/economics.rst``):
+
+* Nova refused an on-demand GPU instance for capacity (versioned
+  ``compute_task.build_instances.error`` with NoValidHost): room is made
+  for its flavor, and its owner is told (``gpu.reclaim.room``) to boot it
+  again;
+* every ``headroom_interval`` seconds, when fewer than ``headroom_floor``
+  servers of ``headroom_flavor`` fit in free GPU capacity, room is made
+  until they do, so that on-demand boots are not refused at all.
+
+A decision is planned with ``Reclaimer`` (the core's move planner) on the
+hosts of fresh GPU reports and the servers Nova and Placement list
+(``inventory``), then carried out by ``executor.Executor``. One worker
+thread handles the triggers in turn, so two decisions never race for one
+server; each plans from fresh state.
+"""
+
+import queue
+import signal
+import sys
+import threading
+
+from oslo_log import log as logging
+import oslo_messaging as messaging
+
+import nova_gpu.conf
+from nova_gpu.core import catalog as catalog_mod
+from nova_gpu.core import moves
+from nova_gpu.reclaim import executor as executor_mod
+from nova_gpu.reclaim import grammar as grammar_mod
+from nova_gpu.reclaim import inventory
+from nova_gpu.reclaim import listener as listener_mod
+from nova_gpu.reclaim import notification
+from nova_gpu.reclaim import reclaimer as reclaimer_mod
+
+LOG = logging.getLogger(__name__)
+_HEADROOM = object()
+
+
+class ReclaimService:
+    """State, decisions and (once started) listener and worker.
+
+    ``compute``: the compute/Placement client (``compute.SdkCompute``);
+    ``grammar``: the flavor grammar (``grammar.load()``); ``notifier``: a
+    ``notification.Notifier`` (default: oslo.messaging on the report
+    topic of ``transport``).
+    """
+
+    def __init__(self, conf, compute, grammar, transport=None,
+                 notifier=None, catalog=None, clock=None):
+        o = conf.gpu_reclaimer
+        self.conf = conf
+        self.compute = compute
+        self.grammar = grammar
+        self.is_spot = grammar_mod.is_spot(grammar)
+        self.catalog = catalog or catalog_mod.load_catalog(
+            conf.gpu.catalog_files)
+        kw = {'clock': clock} if clock else {}
+        self.store = inventory.ReportStore(self.catalog, o.stale_after, **kw)
+        self.stale_after = o.stale_after
+        self.dry_run = o.dry_run
+        self.reclaimer = reclaimer_mod.Reclaimer(
+            moves.MovePlanner(max_moves=o.max_evictions), action=o.action,
+            grace_s=o.grace_period)
+        self._transport = transport
+        self._owns_transport = False
+        if notifier is None and transport is not None:
+            notifier = notification.Notifier(messaging.Notifier(
+                transport, publisher_id=notification.PUBLISHER,
+                driver='messagingv2', topics=[o.report_topic]))
+        self.notifier = notifier
+        self._stop = threading.Event()
+        self.executor = executor_mod.Executor(
+            compute, self.is_spot, notifier, timeout_s=o.eviction_timeout,
+            stop=self._stop, **kw)
+        self.headroom_floor = o.headroom_floor
+        self.headroom_flavor = o.headroom_flavor
+        self.headroom_interval = o.headroom_interval
+        self._queue = queue.Queue()
+        self._listener = None
+        self._worker = None
+
+    # -- decisions (synchronous; the worker calls them) ---------------------
+
+    def inventory(self):
+        return inventory.build(self.store.fresh(self.stale_after),
+                               self.compute.servers(), self.catalog,
+                               self.is_spot)
+
+    def handle_refusal(self, refused):
+        """Make room for a refused instance; the executor's Outcome, or
+        None when nothing is done (spot or GPU-less flavor, no plan).
+        """
+        if self.is_spot(refused.extra_specs):
+            LOG.info('Refused instance %s is spot itself: nothing evicted',
+                     refused.instance_uuid)
+            return None
+        requests = grammar_mod.requests_of(
+            self.grammar, refused.extra_specs, refused.vcpus,
+            refused.memory_mb)
+        if not requests:
+            return None
+        inv = self.inventory()
+        decision = None
+        for req in requests:
+            decision = self.reclaimer.for_request(inv.hosts, inv.servers,
+                                                  req)
+            if decision is not None:
+                break
+        if decision is None:
+            LOG.info('No spot servers to evict for refused instance %s '
+                     '(flavor %s)', refused.instance_uuid,
+                     refused.flavor_name)
+            return None
+        outcome = self._carry_out(decision, inv, 'instance %s'
+                                  % refused.instance_uuid)
+        if outcome is not None and outcome.ok and self.notifier:
+            self.notifier.send(notification.RoomPayload(
+                refused.instance_uuid, list(outcome.evicted),
+                refused.project_id, refused.user_id,
+                decision.plans[0].host))
+        return outcome
+
+    def headroom_request(self):
+        specs, vcpus, ram = self.compute.flavor(self.headroom_flavor)
+        requests = grammar_mod.requests_of(self.grammar, specs, vcpus, ram)
+        if not requests:
+            raise ValueError('[gpu_reclaimer] headroom_flavor %s asks no GPU '
+                             'device the scheduler can read'
+                             % self.headroom_flavor)
+        return requests[0]
+
+    def check_headroom(self):
+        """Evict until the floor is met; an Outcome, or None."""
+        if not self.headroom_floor:
+            return None
+        inv = self.inventory()
+        reclaimer = reclaimer_mod.Reclaimer(
+            self.reclaimer.planner, action=self.reclaimer.action,
+            grace_s=self.reclaimer.grace_s, floor=self.headroom_floor,
+            reference=self.headroom_request())
+        if reclaimer.headroom(inv.hosts) >= self.headroom_floor:
+            return None
+        decision = reclaimer.for_headroom(inv.hosts, inv.servers)
+        if decision is None:
+            LOG.warning('Headroom below the floor of %d and spot capacity '
+                        'cannot restore it', self.headroom_floor)
+            return None
+        return self._carry_out(decision, inv, 'the headroom floor')
+
+    def _carry_out(self, decision, inv, what):
+        for line in decision.explain():
+            LOG.info('Reclaim plan for %s: %s', what, line)
+        if self.dry_run:
+            LOG.info('[gpu_reclaimer] dry_run: nothing done')
+            return None
+        outcome = self.executor.carry_out(decision, inv.info)
+        LOG.info('Reclaim for %s: evicted %s%s', what,
+                 ', '.join(outcome.evicted) or 'none',
+                 '' if outcome.ok else ' (stopped: %s)' % outcome.failed)
+        return outcome
+
+    # -- service ------------------------------------------------------------
+
+    def submit(self, refused):
+        self._queue.put(refused)
+
+    def _run(self):
+        clock = self.executor.clock
+        due = clock() + self.headroom_interval
+        while not self._stop.is_set():
+            try:
+                item = self._queue.get(timeout=max(0.0, due - clock()))
+            except queue.Empty:
+                item = _HEADROOM
+            if self._stop.is_set():
+                break
+            if item is not _HEADROOM and clock() >= due:
+                # Refusals arriving without a pause must not starve the
+                # periodic check: it runs after this one.
+                self._queue.put(_HEADROOM)
+            if item is _HEADROOM:
+                due = clock() + self.headroom_interval
+            try:
+                if item is _HEADROOM:
+                    self.check_headroom()
+                elif item is not None:
+                    self.handle_refusal(item)
+            except Exception:
+                LOG.exception('Reclaim failed; the next trigger plans '
+                              'afresh')
+
+    def start(self):
+        if self._transport is None:
+            self._transport = messaging.get_notification_transport(
+                self.conf)
+            self._owns_transport = True
+        self._listener = listener_mod.listener(
+            self._transport, listener_mod.Endpoint(self.store, self.submit),
+            self.conf)
+        self._listener.start()
+        self._worker = threading.Thread(target=self._run,
+                                        name='nova-gpu-reclaimer',
+                                        daemon=True)
+        self._worker.start()
+        return self
+
+    def stop(self):
+        self._stop.set()
+        self._queue.put(None)
+        if self._listener is not None:
+            self._listener.stop()
+            self._listener.wait()
+            self._listener = None
+        if self._worker is not None:
+            self._worker.join(timeout=10)
+            self._worker = None
+        if self._owns_transport and self._transport is not None:
+            self._transport.cleanup()
+            self._transport = None
+
+
+def prepare(argv):
+    conf = nova_gpu.conf.CONF
+    logging.register_options(conf)
+    conf(argv, project='nova-gpu', prog='nova-gpu-reclaimer')
+    logging.setup(conf, 'nova-gpu')
+    problem = conf_problem(conf)
+    if problem:
+        raise SystemExit(problem)
+    return conf
+
+
+def conf_problem(conf):
+    """What is wrong with ``[gpu_reclaimer]``, or None."""
+    o = conf.gpu_reclaimer
+    if o.headroom_floor and not o.headroom_flavor:
+        return ('[gpu_reclaimer] headroom_floor = %d needs headroom_flavor '
+                '(the on-demand flavor it counts)' % o.headroom_floor)
+    return None
+
+
+def main(argv=None):
+    from nova_gpu.reclaim import compute as compute_mod
+    conf = prepare(sys.argv[1:] if argv is None else argv)
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    service = ReclaimService(
+        conf, compute_mod.SdkCompute(cloud=conf.gpu_reclaimer.cloud),
+        grammar_mod.load()).start()
+    try:
+        stop.wait()
+    finally:
+        service.stop()
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())

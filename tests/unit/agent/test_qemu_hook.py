@@ -1,0 +1,134 @@
+"""The libvirt qemu hook types vendor-VFIO VFs just in time (fake sysfs)."""
+
+import io
+
+import fixtures
+import testtools
+
+from nova_gpu.agent import privsep
+from nova_gpu.agent import qemu_hook
+from nova_gpu.agent import sysfs
+from tests.unit.agent import fakesys
+
+PF = '0000:86:00.0'
+TYPES = {1061: 'NVIDIA H100XM-10C', 1062: 'NVIDIA H100XM-20C'}
+NS = qemu_hook.NOVA_NS
+
+
+def domain_xml(addresses, profile='H100XM-10C', extra=''):
+    specs = ('<nova:extraSpec name="gpu:profile">%s</nova:extraSpec>'
+             % profile if profile else '')
+    hostdevs = ''.join(
+        "<hostdev mode='subsystem' type='pci' managed='yes'><source>"
+        "<address domain='0x%s' bus='0x%s' slot='0x%s' function='0x%s'/>"
+        "</source></hostdev>" % tuple(a.replace('.', ':').split(':'))
+        for a in addresses)
+    return (
+        "<domain type='kvm'><name>instance-1</name><metadata>"
+        "<nova:instance xmlns:nova='%s'><nova:flavor name='g1'>"
+        "<nova:vcpus>4</nova:vcpus><nova:extraSpecs>%s%s"
+        "</nova:extraSpecs></nova:flavor></nova:instance></metadata>"
+        "<devices>%s</devices></domain>" % (NS, specs, extra, hostdevs))
+
+
+class QemuHookTest(testtools.TestCase):
+
+    def setUp(self):
+        super().setUp()
+        privsep.use_in_process()
+        self.root = self.useFixture(fixtures.TempDir()).path
+        self.fs = fakesys.FakeSysfs(self.root)
+        self.fs.add_pci(PF, '0x2330')
+        self.vfs = self.fs.add_vfs(PF, 3, TYPES)
+        self.fs.add_pci('0000:3b:00.0', '0x1eb8')  # a PF, no vendor VFIO
+
+    def current(self, vf):
+        return sysfs.Sysfs(self.root).pci_function(vf).current_vgpu_type
+
+    def run_hook(self, xml, op='prepare', subop='begin'):
+        err = io.StringIO()
+        rc = qemu_hook.main(['instance-1', op, subop, '-'],
+                            stdin=io.StringIO(xml), stderr=err,
+                            sysfs_root=self.root)
+        return rc, err.getvalue()
+
+    def test_types_the_vfs_of_the_domain(self):
+        rc, err = self.run_hook(domain_xml(self.vfs[:2]))
+        self.assertEqual(0, rc, err)
+        self.assertEqual([1061, 1061, 0], [self.current(v) for v in self.vfs])
+        self.assertIn('VF %s set to vGPU type 1061' % self.vfs[0], err)
+        # Again (a hard reboot): nothing to do, nothing refused.
+        self.assertEqual(0, self.run_hook(domain_xml(self.vfs[:2]))[0])
+
+    def test_another_type_is_never_set(self):
+        self.fs.set_vgpu_type(self.vfs[0], 1062)
+        rc, err = self.run_hook(domain_xml(self.vfs[:2]))
+        self.assertEqual(1, rc)
+        self.assertIn('VF %s has vGPU type 1062, not H100XM-10C (1061)'
+                      % self.vfs[0], err)
+        self.assertEqual([1062, 0, 0], [self.current(v) for v in self.vfs])
+
+    def test_a_type_not_creatable_now_fails_the_start(self):
+        rc, err = self.run_hook(domain_xml(self.vfs[:1],
+                                           profile='H100XM-80C'))
+        self.assertEqual(1, rc)
+        self.assertIn('cannot take vGPU type H100XM-80C now (creatable: '
+                      'H100XM-10C, H100XM-20C)', err)
+        self.assertEqual(0, self.current(self.vfs[0]))
+
+    def test_all_or_nothing(self):
+        # The second write fails (the driver went away): the first VF's
+        # new type is cleared again.
+        real = privsep.set_vgpu_type_if_free
+
+        def fails_on_second(root, address, type_id):
+            if address == self.vfs[1]:
+                raise OSError('No such device')
+            return real(root, address, type_id)
+        self.useFixture(fixtures.MockPatchObject(
+            privsep, 'set_vgpu_type_if_free', fails_on_second))
+        rc, err = self.run_hook(domain_xml(self.vfs[:2]))
+        self.assertEqual(1, rc, err)
+        self.assertIn('setting vGPU type H100XM-10C failed: No such device',
+                      err)
+        self.assertEqual([0, 0, 0], [self.current(v) for v in self.vfs])
+
+    def test_left_alone(self):
+        for xml, op in (
+                (domain_xml(self.vfs[:1]), 'started'),
+                (domain_xml(self.vfs[:1], profile=None), 'prepare'),
+                (domain_xml(['0000:3b:00.0', '0000:99:00.0']), 'prepare'),
+                ("<domain><devices/></domain>", 'prepare')):
+            self.assertEqual((0, ''), self.run_hook(xml, op=op))
+        self.assertEqual([0, 0, 0], [self.current(v) for v in self.vfs])
+
+    def test_bad_input_is_named(self):
+        rc, err = self.run_hook('<domain')
+        self.assertEqual(1, rc)
+        self.assertIn('domain XML cannot be read', err)
+        rc, err = self.run_hook(domain_xml(['zzzz:00:00.0']))
+        self.assertEqual(1, rc)
+        self.assertIn('is not a PCI address', err)
+
+
+class CompareAndSetTest(testtools.TestCase):
+
+    def setUp(self):
+        super().setUp()
+        privsep.use_in_process()
+        self.root = self.useFixture(fixtures.TempDir()).path
+        self.fs = fakesys.FakeSysfs(self.root)
+        self.fs.add_pci(PF, '0x2330')
+        self.vf = self.fs.add_vfs(PF, 1, TYPES)[0]
+
+    def test_set_once_refuse_another(self):
+        self.assertTrue(privsep.set_vgpu_type_if_free(self.root, self.vf,
+                                                      1061))
+        self.assertFalse(privsep.set_vgpu_type_if_free(self.root, self.vf,
+                                                       1061))
+        self.assertRaises(PermissionError, privsep.set_vgpu_type_if_free,
+                          self.root, self.vf, 1062)
+        self.assertRaises(ValueError, privsep.set_vgpu_type_if_free,
+                          self.root, self.vf, 0)
+        self.assertRaises(FileNotFoundError, privsep.set_vgpu_type_if_free,
+                          self.root, PF, 1061)
