@@ -185,16 +185,10 @@ class BestPerNode:
         return chosen, int(gpu[chosen])
 
 
-class FgdPolicy(Policy):
-    """Fragmentation Gradient Descent, as the artifact's FGDScore plugin."""
-
-    name = 'fgd'
-
-    def setup(self, cluster, typical_fgd, typical_mem):
-        self.demand = state_mod.DemandArrays(
-            typical_fgd, cluster.model_names, memory=False)
-        self.entry = cluster.track(self.demand)
-        self.best = BestPerNode(self._keys)
+class _BestPerNodePolicy(Policy):
+    """A policy that scores candidates with ``_keys`` and keeps each
+    node's best per task shape (``BestPerNode``, set up as ``self.best``).
+    """
 
     def choose(self, cluster, task, mask, rng):
         chosen, gpu = self.best.choose(cluster, task, mask)
@@ -204,6 +198,18 @@ class FgdPolicy(Policy):
         if milli < host_mod.MILLI:
             return chosen, (gpu,)
         return chosen, exclusive_gpus(cluster.left[chosen], num)
+
+
+class FgdPolicy(_BestPerNodePolicy):
+    """Fragmentation Gradient Descent, as the artifact's FGDScore plugin."""
+
+    name = 'fgd'
+
+    def setup(self, cluster, typical_fgd, typical_mem):
+        self.demand = state_mod.DemandArrays(
+            typical_fgd, cluster.model_names, memory=False)
+        self.entry = cluster.track(self.demand)
+        self.best = BestPerNode(self._keys)
 
     def _keys(self, cluster, task, nodes):
         node, gpu, delta, _ = candidates(cluster, self.entry, task, nodes)
@@ -240,7 +246,7 @@ def _normalise(values):
     return (values - lo) / (hi - lo)
 
 
-class OursPolicy(Policy):
+class OursPolicy(_BestPerNodePolicy):
     """nova-gpu: ``scoring.placement_cost`` over every candidate.
 
     The fragmentation measure is FGD's (typical tasks keyed by CPU and GPU
@@ -266,15 +272,6 @@ class OursPolicy(Policy):
              for t in typical_fgd if t.milli], capacity)
         self.reserve = np.array([reserve.of(m) for m in cluster.model_names])
         self.best = BestPerNode(self._keys)
-
-    def choose(self, cluster, task, mask, rng):
-        chosen, gpu = self.best.choose(cluster, task, mask)
-        num, milli = task[2], task[3]
-        if not num:
-            return chosen, ()
-        if milli < host_mod.MILLI:
-            return chosen, (gpu,)
-        return chosen, exclusive_gpus(cluster.left[chosen], num)
 
     def _keys(self, cluster, task, nodes):
         node, gpu, delta, total = candidates(cluster, self.entry, task,

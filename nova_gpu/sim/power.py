@@ -16,6 +16,13 @@ that they become idle. Each task is a server with its GPU share
 movable (a vGPU guest of any size, up to a full-GPU profile, live-migrates
 in Nova), multi-GPU tasks are not. CPU-only tasks are left out: in a
 cloud they run on CPU hosts.
+
+``spot``: that share of the GPU tasks (drawn with the seed) are spot
+servers. A spot task that fits no node is refused; an on-demand one asks
+the move planner, as the reclaimer does (``Reclaimer.for_request``), for
+a plan that evicts spot servers only (no live migration), and is placed
+where it makes room; the evicted spot tasks end there. ``evict=False``
+is the baseline: on-demand tasks are refused like spot ones.
 """
 
 import csv
@@ -150,6 +157,22 @@ class PowerResult:
     memory_moved_gib: float = 0.0
     seconds: float = 0.0
     defrag: bool = False
+    spot_share: float = 0.0
+    evict: bool = False
+    spot_placed: int = 0
+    spot_refused: int = 0
+    od_refused: int = 0
+    # On-demand tasks refused although evicting the spot tasks of one
+    # host would have made room (spot capacity remained).
+    od_refused_spot_left: int = 0
+    by_eviction: int = 0  # on-demand tasks placed after evictions
+    od_gpu_hours: float = 0.0  # GPU-hours served, up to the last arrival
+    spot_gpu_hours: float = 0.0
+    evicted: list = dataclasses.field(default_factory=list)  # task names
+
+    @property
+    def evictions_per_served(self):
+        return self.evictions / self.by_eviction if self.by_eviction else 0.0
 
     @property
     def mean_idle_hosts(self):
@@ -172,13 +195,14 @@ class _Fleet:
                 int(nodes.cpu[i]), int(nodes.memory[i]))
         self.servers = {}  # task index -> moves.Server
 
-    def place(self, task, name, gpus, cpu, mem, milli, movable):
+    def place(self, task, name, gpus, cpu, mem, milli, movable,
+              spot=False):
         placement = host_mod.Assignment(
             name, tuple(host_mod.Slot(int(g), host_mod.SHARE, int(milli))
                         for g in gpus), None, int(cpu), int(mem))
         self.hosts[name].allocate(placement)
         self.servers[task] = moves.Server(str(task), placement,
-                                          movable=movable)
+                                          spot=spot, movable=movable)
 
     def remove(self, task):
         server = self.servers.pop(task)
@@ -188,12 +212,15 @@ class _Fleet:
 
 def replay_power(nodes, tasks, created, deleted, policy, consolidate=False,
                  period_s=6 * HOUR, light=0.25, max_drains=8, targets=16,
-                 samples=24, seed=0, planner=None, defrag=False):
+                 samples=24, seed=0, planner=None, defrag=False,
+                 spot=0.0, evict=True):
     """Replay arrivals and departures; see the module docstring.
 
     ``defrag``: a task of ``LARGE`` GPUs or more that fits no node asks
     the move planner for live migrations that make it fit (the same
     model only: vGPU types must match), and is placed if it finds some.
+    ``spot``: the share of GPU tasks that are spot (or their names);
+    ``evict``: whether on-demand tasks that fit nowhere evict spot ones.
     """
     if isinstance(policy, str):
         policy = policies_mod.make(policy)
@@ -201,6 +228,7 @@ def replay_power(nodes, tasks, created, deleted, policy, consolidate=False,
         raise exceptions.InvalidRequest('light must be in (0, 1] and '
                                         'period_s positive')
     gpu_tasks = [i for i in range(len(tasks)) if tasks.num_gpu[i]]
+    is_spot = _spot_tasks(tasks, gpu_tasks, spot, seed)
     cluster = DepartingCluster(nodes)
     policy.setup(cluster, trace_mod.typical_tasks(tasks),
                  trace_mod.typical_tasks(tasks, with_memory=True))
@@ -222,7 +250,10 @@ def replay_power(nodes, tasks, created, deleted, policy, consolidate=False,
     start = events[0][0] if events else 0.0
     marks = list(np.linspace(start, end, samples)) if samples else []
     result = PowerResult(policy.name, consolidate, len(nodes),
-                         int(ngpu.sum()), 0, 0, 0.0, [], defrag=defrag)
+                         int(ngpu.sum()), 0, 0, 0.0, [], defrag=defrag,
+                         spot_share=len(is_spot) / max(len(gpu_tasks), 1),
+                         evict=evict and bool(is_spot))
+    started = {}  # task -> arrival, for the GPU-hours served
     cache = {}
     idle_gpus = int(ngpu.sum())
     now = start
@@ -265,16 +296,32 @@ def replay_power(nodes, tasks, created, deleted, policy, consolidate=False,
                 cluster.release(node, cpu, mem, gpus, milli)
                 fleet.remove(i)
                 occupy(node, -1)
+                _served(result, tasks, i, started.pop(i), t, i in is_spot)
             continue
         access = _access(cluster, tasks.spec[i], cache)
         mask = cluster.feasible(cpu, mem, num, milli, access)
         if not mask.any():
-            if defrag and num >= LARGE and _defrag(
+            if i in is_spot:
+                result.spot_refused += 1
+            elif result.evict and _evict_for(
+                    cluster, fleet, planner, where, occupy, index, nodes,
+                    tasks, i, access, result, started, t, is_spot):
+                result.by_eviction += 1
+                result.placed += 1
+                started[i] = t
+                continue
+            elif defrag and num >= LARGE and _defrag(
                     cluster, fleet, planner, where, occupy, index, nodes,
                     tasks, i, result):
                 result.defragmented += 1
                 result.placed += 1
+                started[i] = t
                 continue
+            else:
+                result.od_refused += 1
+                result.od_refused_spot_left += bool(is_spot) and bool(
+                    _evictable(cluster, fleet, planner, index, nodes,
+                               tasks, i, access, is_spot))
             result.refused += 1
             result.large_refused += num >= LARGE
             continue
@@ -282,10 +329,14 @@ def replay_power(nodes, tasks, created, deleted, policy, consolidate=False,
                                    rng)
         cluster.allocate(node, cpu, mem, gpus, milli)
         fleet.place(i, nodes.names[node], gpus, cpu, mem, milli,
-                    movable=num == 1)
+                    movable=num == 1, spot=i in is_spot)
         where[i] = (node, tuple(gpus))
         occupy(node, 1)
         result.placed += 1
+        result.spot_placed += i in is_spot
+        started[i] = t
+    for i, since in started.items():  # still running at the last arrival
+        _served(result, tasks, i, since, end, i in is_spot)
     while marks:  # only the end mark can be left
         advance(max(marks.pop(0), now))
         result.samples.append((round(float(now) / HOUR, 2),
@@ -304,6 +355,107 @@ def _model(catalog, name):
         return catalog_mod.GpuModel.generic(name)
 
 
+def _spot_tasks(tasks, gpu_tasks, spot, seed):
+    """Indices of the spot tasks: a seeded share, or the names given."""
+    if isinstance(spot, (int, float)):
+        if not 0 <= spot <= 1:
+            raise exceptions.InvalidRequest(
+                'spot must be a share in [0, 1], got %r' % (spot,))
+        if not gpu_tasks:
+            return set()
+        # Its own generator, so that the policy's draws do not depend
+        # on it.
+        return set(np.random.default_rng([seed, 1]).choice(
+            gpu_tasks, int(round(spot * len(gpu_tasks))),
+            replace=False).tolist())
+    names = set(spot)
+    found = {i for i in gpu_tasks if tasks.names[i] in names}
+    unknown = names - {tasks.names[i] for i in found}
+    if unknown:
+        raise exceptions.InvalidRequest(
+            'spot tasks %s are not GPU tasks of the list'
+            % ', '.join(sorted(unknown)))
+    return found
+
+
+def _served(result, tasks, i, since, until, spot):
+    hours = (int(tasks.num_gpu[i]) * int(tasks.milli[i]) / host_mod.MILLI
+             * max(until - since, 0.0) / HOUR)
+    if spot:
+        result.spot_gpu_hours += hours
+    else:
+        result.od_gpu_hours += hours
+
+
+def _eligible(cluster, nodes, access, num):
+    """Mask of the nodes of the task's models with ``num`` GPUs or more."""
+    return access[cluster.model] & (nodes.gpus >= num)
+
+
+def _evictable(cluster, fleet, planner, index, nodes, tasks, i, access,
+               is_spot):
+    """Hosts where evicting every spot task makes room for task ``i``.
+
+    {name: its spot servers, none movable}; the evictions a plan there
+    needs are at most that many (the planner may need fewer).
+    """
+    ok = _eligible(cluster, nodes, access, int(tasks.num_gpu[i]))
+    spot = {}
+    for task, s in fleet.servers.items():
+        if task in is_spot and ok[index[s.host]]:
+            spot.setdefault(s.host, []).append(
+                dataclasses.replace(s, movable=False))
+    req = _request(tasks, i)
+    room = {}
+    for name, mine in spot.items():
+        host = fleet.hosts[name]
+        for s in mine:
+            host.free(s.placement)
+        try:
+            if planner.engine.rank(host, req):
+                room[name] = mine
+        finally:
+            for s in reversed(mine):
+                host.allocate(s.placement)
+    return room
+
+
+def _evict_for(cluster, fleet, planner, where, occupy, index, nodes, tasks,
+               i, access, result, started, now, is_spot):
+    """Evict spot tasks so that on-demand task ``i`` fits; True if placed.
+
+    The planner sees the spot servers only, none movable: its plan is
+    the reclaimer's eviction-only plan, the fewest evictions on one host.
+    """
+    room = _evictable(cluster, fleet, planner, index, nodes, tasks, i,
+                      access, is_spot)
+    if not room:
+        return False
+    # Hosts worth freeing: those with the fewest spot servers to go
+    # (few, for speed). Eviction needs no destination, so the planner
+    # needs no other host.
+    names = sorted(room, key=lambda n: (len(room[n]), index[n]))
+    names = names[:DEFRAG_TARGETS]
+    plan = planner.plan({n: fleet.hosts[n] for n in names},
+                        [s for n in names for s in room[n]],
+                        _request(tasks, i))
+    if plan is None or not plan.moves:
+        return False
+    for move in plan.moves:
+        task = int(move.server.id)
+        _served(result, tasks, task, started.pop(task), now, True)
+        result.evicted.append(tasks.names[task])
+    _carry_out(cluster, fleet, where, occupy, index, tasks, i, plan, result)
+    return True
+
+
+def _request(tasks, i):
+    return request_mod.GpuRequest(
+        host_mod.SHARE, count=int(tasks.num_gpu[i]),
+        milli=int(tasks.milli[i]), cpu_milli=int(tasks.cpu[i]),
+        memory_mib=int(tasks.memory[i]), models=tasks.spec[i])
+
+
 def _access(cluster, spec, cache):
     acc = cache.get(spec)
     if acc is None:
@@ -319,7 +471,7 @@ def _apply_move(cluster, fleet, where, occupy, index, tasks, move, result):
     milli = int(tasks.milli[task])
     old, gpus = where.pop(task)
     cluster.release(old, cpu, mem, gpus, milli)
-    fleet.remove(task)
+    server = fleet.remove(task)
     occupy(old, -1)
     if move.action == moves.EVICT:
         result.evictions += 1
@@ -328,7 +480,7 @@ def _apply_move(cluster, fleet, where, occupy, index, tasks, move, result):
     new_gpus = tuple(s.gpu for s in move.destination.slots)
     cluster.allocate(new, cpu, mem, new_gpus, milli)
     fleet.hosts[move.destination.host].allocate(move.destination)
-    fleet.servers[task] = dataclasses.replace(move.server,
+    fleet.servers[task] = dataclasses.replace(server,
                                               placement=move.destination)
     where[task] = (new, new_gpus)
     occupy(new, 1)
@@ -339,11 +491,8 @@ def _apply_move(cluster, fleet, where, occupy, index, tasks, move, result):
 def _defrag(cluster, fleet, planner, where, occupy, index, nodes, tasks, i,
             result):
     """Make room for refused task ``i`` by moves; True if placed."""
-    cpu, mem = int(tasks.cpu[i]), int(tasks.memory[i])
-    num, milli = int(tasks.num_gpu[i]), int(tasks.milli[i])
-    req = request_mod.GpuRequest(
-        host_mod.SHARE, count=num, milli=milli, cpu_milli=cpu,
-        memory_mib=mem, models=tasks.spec[i])
+    num = int(tasks.num_gpu[i])
+    req = _request(tasks, i)
     # Hosts worth freeing: the task's models, enough GPUs, the most free
     # GPU capacity first (few, for speed).
     left = cluster.left.sum(1)
@@ -351,10 +500,22 @@ def _defrag(cluster, fleet, planner, where, occupy, index, nodes, tasks, i,
             if nodes.gpus[n] >= num and (tasks.spec[i] is None
                                          or nodes.models[n] in tasks.spec[i])]
     targets = {nodes.names[n] for n in fits[:DEFRAG_TARGETS]}
-    plan = planner.plan(fleet.hosts, list(fleet.servers.values()), req,
-                        targets=targets)
+    # Live migration only: evicting spot servers is the reclaimer's
+    # business (``_evict_for``), not defragmentation's.
+    servers = [dataclasses.replace(s, spot=False) if s.spot else s
+               for s in fleet.servers.values()]
+    plan = planner.plan(fleet.hosts, servers, req, targets=targets)
     if plan is None or not plan.moves:
         return False
+    _carry_out(cluster, fleet, where, occupy, index, tasks, i, plan, result)
+    return True
+
+
+def _carry_out(cluster, fleet, where, occupy, index, tasks, i, plan,
+               result):
+    """Apply ``plan``'s moves, then place task ``i`` where it says."""
+    cpu, mem = int(tasks.cpu[i]), int(tasks.memory[i])
+    num, milli = int(tasks.num_gpu[i]), int(tasks.milli[i])
     for move in plan.moves:
         _apply_move(cluster, fleet, where, occupy, index, tasks, move,
                     result)
@@ -364,7 +525,6 @@ def _defrag(cluster, fleet, planner, where, occupy, index, nodes, tasks, i,
     fleet.place(i, plan.host, gpus, cpu, mem, milli, movable=num == 1)
     where[i] = (node, gpus)
     occupy(node, 1)
-    return True
 
 
 def _consolidate(cluster, fleet, planner, where, running, occupy, index,
