@@ -30,6 +30,7 @@ without a restart.
 """
 
 import json
+import logging
 import os
 import random
 import signal
@@ -184,6 +185,22 @@ def _work(rig, ledger, seed):
             pass  # the devices in use: refused, as they must be
 
 
+def own_logging_locks():
+    """Give every logging handler of this (forked) process a lock of its
+    own.
+
+    Under eventlet, oslo.log replaces handler locks with a ``PipeMutex``
+    whose token travels through a pipe, and a fork shares that pipe: a
+    worker SIGKILLed while it logs takes the token with it, and the
+    parent's next log line waits for it forever (seen in CI: the test
+    process hung in ``Handler.acquire``).
+    """
+    for ref in list(logging._handlerList):
+        handler = ref()
+        if handler is not None:
+            handler.createLock()
+
+
 def _fork_worker(args, ledger, seed):
     """Fork a worker; return (pid, read end that says 'ready')."""
     r, w = os.pipe()
@@ -191,6 +208,7 @@ def _fork_worker(args, ledger, seed):
     if pid == 0:  # the worker: never returns
         code = 1
         try:
+            own_logging_locks()
             os.close(r)
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
             rig = Rig(*args)

@@ -78,6 +78,7 @@ class TestCarveKilledAtEveryStep(testtools.TestCase):
         if pid == 0:  # the worker: never returns
             code = 3
             try:
+                rel.own_logging_locks()  # see the function: a fork's locks
                 rig = rel.Rig(*self.args)
                 _killing(rig.lib, at)
                 carver = carver_mod.Carver(rig.manager, carver_mod.LayoutStore(

@@ -4,9 +4,13 @@ Real libvirtd and mdevctl on the fake host; NVML faked at the pynvml
 boundary with its MIG state in a file (as the driver keeps it).
 """
 
+import io
 import json
+import logging
 import os
+import signal
 import subprocess
+import time
 
 import libvirt
 import pynvml
@@ -249,3 +253,38 @@ class TestSigkill(testtools.TestCase):
         self.assertEqual([], found['details'])
         self.assertEqual((0, 0, 0), (found['leaked'], found['half'],
                                      found['touched']))
+
+
+class TestForkedWorkerLogging(testtools.TestCase):
+    """A worker SIGKILLed while it logs leaves the parent able to log.
+
+    oslo.log's eventlet-aware handler lock passes its token through a
+    pipe, which a fork shares: a worker killed holding it hung the test
+    process in CI. The forked worker takes locks of its own.
+    """
+
+    def test_killed_holder_does_not_take_the_parents_lock(self):
+        from oslo_log import pipe_mutex
+
+        handler = logging.StreamHandler(io.StringIO())
+        handler.lock = pipe_mutex.PipeMutex()
+        logger = logging.getLogger('nova_gpu.test.forked_worker')
+        logger.addHandler(handler)
+        self.addCleanup(logger.removeHandler, handler)
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            try:
+                rel.own_logging_locks()
+                handler.acquire()   # logging, when the kill comes
+                os.write(w, b'r')
+                time.sleep(60)
+            finally:
+                os._exit(1)
+        os.close(w)
+        self.addCleanup(os.close, r)
+        os.read(r, 1)
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        self.assertTrue(handler.lock.acquire(blocking=False))
+        handler.lock.release()
