@@ -8,6 +8,8 @@ the passed-through PF), then checks it is on the GPU the plugin ranked
 first. The stock-Nova class boots the same requests without the plugin.
 """
 
+from testtools import content
+
 from nova_gpu.testing import cloud
 
 HOSTS = (
@@ -259,15 +261,29 @@ class PluginTopologyTest(_TopologyBase):
 
 
 class StockTopologyTest(_TopologyBase):
-    """Stock Nova takes Placement's first candidate."""
+    """Stock Nova takes Placement's first candidate, whatever its GPUs.
+
+    Which candidate comes first follows the order Placement created the
+    providers in, which varies from run to run: in most runs some of
+    these servers land on GPUs that are not what was asked (two VFs of
+    one GPU, GPUs without NVLink), in some runs none do. So the test
+    asserts what is always true of stock Nova (every server ACTIVE, no
+    GPU ranking involved) and records how many landed wrong this run.
+    """
 
     NOVA_CONF = cloud.STOCK_CONF
 
-    def test_first_candidates_are_often_not_what_was_asked(self):
+    def test_first_candidates_taken_unranked(self):
         found = {host: self.placed(host, boots)
                  for host, boots in self.BOOTS}
+        for host, placed in found.items():
+            for server, gpus, _ok in placed:
+                self.assertEqual('ACTIVE', server['status'], host)
+                self.assertEqual(len(gpus), 2, (host, gpus))
+                # No nova-gpu filter ran: nothing ranked these GPUs.
+                self.assertIsNone(self.ranked_first(server))
         wrong = [(host, gpus) for host, placed in found.items()
                  for _server, gpus, ok in placed if not ok]
-        # If Placement's order were random, all 7 as asked would happen
-        # well under 1% of the time; its order is not that kind.
-        self.assertNotEqual([], wrong, found)
+        self.addDetail('not as asked', content.text_content(
+            '%d of %d: %s' % (len(wrong), sum(b for _h, b in self.BOOTS),
+                              wrong)))
