@@ -11,9 +11,7 @@ file and publishes the host report.
 """
 
 import os
-import signal
 import sys
-import threading
 
 from oslo_log import log as logging
 
@@ -25,6 +23,7 @@ from nova_gpu.agent import privsep
 from nova_gpu.agent import publisher as publisher_mod
 import nova_gpu.conf
 from nova_gpu.core import report as report_mod
+from nova_gpu import daemon
 
 LOG = logging.getLogger(__name__)
 
@@ -69,9 +68,7 @@ def main(argv=None):
         except Exception as e:  # the static demand (if any) still counts
             LOG.error('cannot listen for the GPU demand (%s): carving to '
                       '[gpu_agent] carve_static_demand only', e)
-    stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
+    stop = daemon.stop_on_signals()
     LOG.info('nova-gpu-agent on %s (node %s) starting', agent.host,
              agent.nodename)
     try:

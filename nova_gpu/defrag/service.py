@@ -11,17 +11,15 @@ that fails (the exporter or the cloud unreachable) is logged and the next
 one tried at the next interval.
 """
 
-import signal
 import sys
-import threading
 
 from oslo_log import log as logging
 
-import nova_gpu.conf
 from nova_gpu.core import catalog as catalog_mod
 from nova_gpu.core import defrag
 from nova_gpu.core import exceptions as core_exceptions
 from nova_gpu.core import inventory
+from nova_gpu import daemon
 from nova_gpu import exporter_client
 
 LOG = logging.getLogger(__name__)
@@ -77,10 +75,7 @@ class Defragmenter:
 
 
 def prepare(argv):
-    conf = nova_gpu.conf.CONF
-    logging.register_options(conf)
-    conf(argv, project='nova-gpu', prog='nova-gpu-defrag')
-    logging.setup(conf, 'nova-gpu')
+    conf = daemon.prepare(argv, 'nova-gpu-defrag')
     return conf
 
 
@@ -109,9 +104,7 @@ def main(argv=None):
     catalog = catalog_mod.load_catalog(conf.gpu.catalog_files)
     defragmenter = Defragmenter(conf, ExporterReader(o.exporter_url),
                                 connect(conf), catalog)
-    stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
+    stop = daemon.stop_on_signals()
     serve(defragmenter, o.interval, stop)
     return 0
 

@@ -12,16 +12,14 @@ fragmented and stranded their GPUs are and which reports are stale, and
 serves that on ``[gpu_exporter] listen`` (/metrics and /v1/...).
 """
 
-import signal
 import sys
-import threading
 
 from oslo_log import log as logging
 import oslo_messaging as messaging
 import prometheus_client
 
-import nova_gpu.conf
 from nova_gpu.core import catalog as catalog_mod
+from nova_gpu import daemon
 from nova_gpu.exporter import api
 from nova_gpu.exporter import cloud
 from nova_gpu.exporter import collector as collector_mod
@@ -83,18 +81,13 @@ class Exporter:
 
 
 def prepare(argv):
-    conf = nova_gpu.conf.CONF
-    logging.register_options(conf)
-    conf(argv, project='nova-gpu', prog='nova-gpu-exporter')
-    logging.setup(conf, 'nova-gpu')
+    conf = daemon.prepare(argv, 'nova-gpu-exporter')
     return conf
 
 
 def main(argv=None):
     conf = prepare(sys.argv[1:] if argv is None else argv)
-    stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
+    stop = daemon.stop_on_signals()
     exporter = Exporter(conf).start()
     try:
         stop.wait()

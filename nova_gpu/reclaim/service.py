@@ -23,16 +23,15 @@ server; each plans from fresh state.
 """
 
 import queue
-import signal
 import sys
 import threading
 
 from oslo_log import log as logging
 import oslo_messaging as messaging
 
-import nova_gpu.conf
 from nova_gpu.core import catalog as catalog_mod
 from nova_gpu.core import moves
+from nova_gpu import daemon
 from nova_gpu.reclaim import executor as executor_mod
 from nova_gpu.reclaim import grammar as grammar_mod
 from nova_gpu.reclaim import inventory
@@ -228,10 +227,7 @@ class ReclaimService:
 
 
 def prepare(argv):
-    conf = nova_gpu.conf.CONF
-    logging.register_options(conf)
-    conf(argv, project='nova-gpu', prog='nova-gpu-reclaimer')
-    logging.setup(conf, 'nova-gpu')
+    conf = daemon.prepare(argv, 'nova-gpu-reclaimer')
     problem = conf_problem(conf)
     if problem:
         raise SystemExit(problem)
@@ -250,9 +246,7 @@ def conf_problem(conf):
 def main(argv=None):
     from nova_gpu.reclaim import compute as compute_mod
     conf = prepare(sys.argv[1:] if argv is None else argv)
-    stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
+    stop = daemon.stop_on_signals()
     service = ReclaimService(
         conf, compute_mod.SdkCompute(cloud=conf.gpu_reclaimer.cloud),
         grammar_mod.load()).start()

@@ -22,6 +22,7 @@ from nova_gpu.exporter import collector
 from nova_gpu.exporter import listener
 from nova_gpu.exporter import service
 from nova_gpu.scheduler import notifications
+from tests.unit.scheduler import base as scheduler_base
 
 CATALOG = catalog_mod.load_catalog()
 
@@ -290,13 +291,7 @@ class SchedulerEmitterTest(testtools.TestCase):
     def setUp(self):
         super().setUp()
         self.useFixture(config_fixture.Config(cfg.CONF))
-        transport = messaging.get_notification_transport(cfg.CONF,
-                                                         url='fake:/')
-        self.addCleanup(transport.cleanup)
-        notifications.set_notifier(messaging.Notifier(
-            transport, driver='test', publisher_id='nova-gpu-scheduler:t'))
-        self.addCleanup(notifications.set_notifier, None)
-        _impl_test.reset()
+        self.useFixture(scheduler_base.Notifications())
 
     def test_refused_reaches_the_exporter_state(self):
         self.assertTrue(notifications.refused(
