@@ -57,7 +57,15 @@ class GpuRecord:
 
     @property
     def vgpu_profiles(self):
-        """Catalog vGPU profile names this GPU offers (mdev or VF)."""
+        """Catalog vGPU profile names this GPU offers (mdev or VF).
+
+        For a GPU with vendor-VFIO VFs: the types a VF can be given now
+        (``vendor_vfio_types``), since the ``qemu`` hook types a VF just in
+        time and the scheduler must place only where that will succeed.
+        """
+        vendor = [vf for vf in self.vfs() if vf.current_vgpu_type is not None]
+        if vendor:
+            return self.vendor_vfio_types(vendor)
         names = []
         if self.pci is not None:
             for t in self.pci.mdev_types.values():
@@ -72,6 +80,18 @@ class GpuRecord:
             names.extend(_VENDOR_PREFIX.sub('', n) for n in
                          self.nvml.supported_vgpu_types.values())
         return sorted({n for n in names if n in self.model.vgpu_profiles})
+
+    def vendor_vfio_types(self, vfs):
+        """Types that one of the GPU's vendor-VFIO ``vfs`` can take now
+        (``settable_types`` of the types set and the untyped VFs' lists).
+        """
+        typed, creatable = [], set()
+        for vf in vfs:
+            if vf.current_vgpu_type:
+                typed.append(self.vf_type_name(vf))
+            else:
+                creatable.update(vf.creatable_vgpu_types.values())
+        return settable_types(self.model, typed, creatable)
 
     def vfs(self):
         return self.vf_functions
@@ -226,6 +246,53 @@ def _provider(kind, name, address, resource_class, vgpu_type, vfs=(),
             'vfs': list(vfs), 'mig': list(mig) if mig else None}
 
 
+def settable_types(model, typed, creatable):
+    """Catalog types a vendor-VFIO VF of a ``model`` GPU can take now.
+
+    ``typed``: the driver names of the types set on the GPU's VFs;
+    ``creatable``: what the driver lists in its untyped VFs'
+    ``creatable_vgpu_types``. Both, unless a VF holds a time-sliced type
+    and the card cannot mix time-sliced types (the catalog's
+    ``time_sliced_mixing``; NVIDIA's equal-size mode): then only that
+    type. The GPU's other VFs can take no other, and Nova's PCI tracker
+    may hand out the typed VF itself, so an idle typed VF counts too: a
+    guest is never sent where the ``qemu`` hook must refuse its VF. The
+    agent reports this to the scheduler and the hook types by it.
+    """
+    profiles = model.vgpu_profiles
+    typed = {_VENDOR_PREFIX.sub('', n or '').strip() for n in typed}
+    creatable = {_VENDOR_PREFIX.sub('', n or '').strip() for n in creatable}
+    time_sliced = {n for n in typed
+                   if n in profiles and not profiles[n].mig_backed}
+    if time_sliced and not model.time_sliced_mixing:
+        names = time_sliced
+    else:
+        names = typed | creatable
+    return sorted(n for n in names if n in profiles)
+
+
+def resource_class_map(entries):
+    """``[gpu_agent] pci_resource_classes`` (``KEY:CLASS`` entries) as a
+    dict; the key may be a PCI address, so the last ``:`` separates.
+    """
+    if isinstance(entries, dict):
+        return dict(entries)
+    result = {}
+    for entry in entries or ():
+        key, sep, value = str(entry).strip().rpartition(':')
+        if not sep or not key or not value:
+            raise ValueError(
+                '[gpu_agent] pci_resource_classes: %r is not KEY:CLASS (a '
+                'PF address, vGPU type or product id, then a resource '
+                'class)' % entry)
+        if key in result:
+            raise ValueError('[gpu_agent] pci_resource_classes: %s is '
+                             'listed twice' % key)
+        result[key.lower() if sysfs_mod.is_pci_address(key.lower())
+               else key] = value
+    return result
+
+
 def normalise_resource_class(name):
     """What Nova makes of a ``device_spec`` ``resource_class`` tag.
 
@@ -321,8 +388,10 @@ class HostInventory:
 class Discovery:
     def __init__(self, sysfs, nvml=None, catalog=None, host='localhost',
                  nodename=None, libvirt=None, cpu_milli=0, memory_mib=0,
-                 resource_classes=None):
-        self.resource_classes = dict(resource_classes or {})
+                 resource_classes=None, vf_types_on_demand=False):
+        self.resource_classes = resource_class_map(resource_classes)
+        # [gpu_agent] vf_types_on_demand: a typed VF is a VF a guest holds.
+        self.vf_types_on_demand = vf_types_on_demand
         self.sysfs = sysfs
         self.nvml = nvml
         self.catalog = catalog or catalog_mod.load_catalog()
@@ -493,10 +562,13 @@ class Discovery:
                     name = _VENDOR_PREFIX.sub('', t.name) if t else m.type_id
                     r.mdevs.append((m.uuid, name))
             for vf in r.vfs():
-                # Without libvirt nothing says which typed VF a guest has:
-                # Placement's pool usage stays the capacity authority.
-                if vf.current_vgpu_type and attached is not None \
-                        and vf.address in attached:
+                # With types preset and without libvirt nothing says which
+                # typed VF a guest has: Placement's pool usage stays the
+                # capacity authority. Typed on demand (the qemu hook), a
+                # typed VF is held: it takes its share of the GPU.
+                held = self.vf_types_on_demand or (
+                    attached is not None and vf.address in attached)
+                if vf.current_vgpu_type and held:
                     name = r.vf_type_name(vf) or str(vf.current_vgpu_type)
                     r.vf_vgpus[vf.address] = _VENDOR_PREFIX.sub('', name)
             if r.nvml is not None and r.nvml.mig_enabled and \

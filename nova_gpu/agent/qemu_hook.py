@@ -18,9 +18,20 @@ current_vgpu_type``) the vGPU type of the instance's flavor: the
   stops, Nova reschedules the instance. Another type is never set.
 * All or nothing: when one VF of a multi-VF domain fails, the types this
   run set are cleared again.
+* In the ``release end`` phase (the guest has stopped and libvirt has
+  released its devices, or its start failed) the types of the domain's
+  vendor-VFIO VFs are cleared again: with the hook installed a VF holds a
+  type only while a guest holds the VF, so an idle GPU can take any type
+  and the agent reports it so (``discovery.GpuRecord.vendor_vfio_types``).
+  Live migration releases the source's VFs once the guest has left; a
+  hard reboot releases and prepares again.
 * Every other operation, a domain without Nova metadata or without
   ``gpu:profile``, and devices that are not vendor-VFIO VFs are left
   alone (exit 0).
+
+libvirt gives every ``qemu`` hook call the domain XML on stdin and names
+the phases ``prepare begin`` and ``release end``
+(https://libvirt.org/hooks.html).
 
 It never calls libvirt back (libvirt waits for the hook: a deadlock) and
 reads only stdin and sysfs. The write goes through the privsep entry
@@ -41,28 +52,47 @@ import sys
 
 from lxml import etree
 
+from nova_gpu.agent import discovery
 from nova_gpu.agent import errors
 from nova_gpu.agent import privsep
 from nova_gpu.agent import sysfs as sysfs_mod
+from nova_gpu.core import catalog as catalog_mod
+from nova_gpu.core import exceptions
+from nova_gpu.core import flavor as flavor_mod
 
 NOVA_NS = 'http://openstack.org/xmlns/libvirt/nova/1.1'
 PROFILE_KEY = 'gpu:profile'
+MEMORY_KEY = 'gpu:memory'
 _VENDOR_PREFIX = re.compile(r'^(GRID|NVIDIA)\s+', re.I)
 MAX_XML = 16 * 2 ** 20  # a domain XML is kilobytes; refuse to read more
+PREPARE = ('prepare', 'begin')
+RELEASE = ('release', 'end')
 
 
 class HookError(Exception):
     """The start must fail; the message says why (libvirt shows it)."""
 
 
-def flavor_profile(root):
-    """The ``gpu:profile`` extra spec in the domain's Nova metadata."""
+def flavor_specs(root):
+    """The flavor's extra specs in the domain's Nova metadata (a dict)."""
+    specs = {}
     for spec in root.iterfind(
             'metadata/{%s}instance/{%s}flavor/{%s}extraSpecs/{%s}extraSpec'
             % ((NOVA_NS,) * 4)):
-        if spec.get('name') == PROFILE_KEY:
-            return (spec.text or '').strip() or None
-    return None
+        name = spec.get('name')
+        if name:
+            specs[name] = (spec.text or '').strip()
+    return specs
+
+
+def flavor_profile(root):
+    """The ``gpu:profile`` extra spec in the domain's Nova metadata."""
+    return flavor_specs(root).get(PROFILE_KEY) or None
+
+
+def asks_vgpu_type(specs):
+    """The flavor names a vGPU type, or a need one is chosen for."""
+    return bool(specs.get(PROFILE_KEY) or specs.get(MEMORY_KEY))
 
 
 def hostdev_addresses(root):
@@ -95,58 +125,102 @@ def _function(fs, address):
         return None
 
 
-def _sibling_id(fs, fn, profile):
+def _siblings(fs, fn):
+    """The VFs of ``fn``'s PF (``fn`` among them)."""
     pf = _function(fs, fn.physfn)
-    for address in (pf.vfs if pf else ()):
-        sibling = _function(fs, address)
-        found = type_id_for(sibling, profile) if sibling else None
-        if found is not None:
-            return found
-    return None
+    found = [_function(fs, a) for a in (pf.vfs if pf else ())]
+    return [f for f in found if f is not None] or [fn]
 
 
-def prepare(xml, sysfs_root):
+def _type_names(vfs):
+    """{type id: catalog name} the VFs list (a typed VF may no longer list
+    its own type: its siblings name the id).
+    """
+    names = {}
+    for vf in vfs:
+        for type_id, name in vf.creatable_vgpu_types.items():
+            names[type_id] = _VENDOR_PREFIX.sub('', name or '').strip()
+    return names
+
+
+def _model(fs, fn, catalog):
+    """The catalog model of the VF's GPU (its PF's PCI product), or None."""
+    pf = _function(fs, fn.physfn)
+    return catalog.model_for_pci(pf.device_id) if pf else None
+
+
+def _type_for(fs, fn, specs, catalog):
+    """(type id, name) to give untyped VF ``fn``, or None when typed VF
+    ``fn`` may keep its type; HookError when neither.
+
+    The type: ``gpu:profile``, or for ``gpu:memory`` the scheduler's order
+    of the types meeting the need (``core.flavor.vgpu_type_for``), first
+    one the VF can take now: what the driver lists as creatable on it,
+    narrowed as the agent reports the GPU to the scheduler
+    (``discovery.settable_types``: one time-sliced type per GPU).
+    """
+    siblings = _siblings(fs, fn)
+    names = _type_names(siblings)
+    model = _model(fs, fn, catalog)
+    profile = specs.get(PROFILE_KEY)
+    try:
+        if model is None:
+            if not profile:
+                raise HookError('the GPU of VF %s is not in the catalog: '
+                                'no vGPU type can be chosen for %s'
+                                % (fn.address, MEMORY_KEY))
+            wanted = (profile,)
+        else:
+            wanted = flavor_mod.vgpu_types_for(specs, catalog, model)
+        if fn.current_vgpu_type:
+            current = names.get(fn.current_vgpu_type)
+            if current is None or current in wanted:
+                return None  # already typed (a reboot): left as it is
+            raise HookError(
+                'VF %s has vGPU type %s (%d), not %s: another type is '
+                'never set on a VF' % (fn.address, current,
+                                       fn.current_vgpu_type,
+                                       ' or '.join(wanted)))
+        creatable = {_VENDOR_PREFIX.sub('', n or '').strip()
+                     for n in fn.creatable_vgpu_types.values()}
+        typed = [names.get(vf.current_vgpu_type) for vf in siblings
+                 if vf.current_vgpu_type]
+        available = (creatable & set(discovery.settable_types(
+            model, typed, creatable)) if model is not None else creatable)
+        if not available & set(wanted):
+            raise HookError(
+                'VF %s cannot take vGPU type %s now (creatable: %s)' % (
+                    fn.address, ' or '.join(wanted),
+                    ', '.join(sorted(available)) or 'none'))
+        name = (flavor_mod.vgpu_type_for(specs, catalog, model, available)
+                if model is not None else profile)
+    except exceptions.GpuError as e:
+        raise HookError('VF %s: %s' % (fn.address, e)) from None
+    return type_id_for(fn, name), name
+
+
+def prepare(xml, sysfs_root, catalog=None):
     """Type the domain's VFs for its flavor; ``[(vf, type id)]`` set.
 
     Raises HookError (nothing left set by this call) when one cannot.
     """
-    try:
-        root = etree.fromstring(xml.encode() if isinstance(xml, str)
-                                else xml)
-    except etree.XMLSyntaxError as e:
-        raise HookError('domain XML cannot be read: %s' % e) from None
-    profile = flavor_profile(root)
-    if profile is None:
+    root = _parse(xml)
+    specs = flavor_specs(root)
+    if not asks_vgpu_type(specs):
         return []
+    catalog = catalog or catalog_mod.load_catalog()
     fs = sysfs_mod.Sysfs(sysfs_root)
     wanted = []
     for address in hostdev_addresses(root):
         fn = _function(fs, address)
         if fn is None or fn.current_vgpu_type is None or not fn.physfn:
             continue  # not a vendor-VFIO VF: a PF, a NIC, an mdev VF
-        type_id = type_id_for(fn, profile)
-        if fn.current_vgpu_type:
-            # A typed VF may no longer list its own type: its siblings
-            # name the id.
-            known = type_id if type_id is not None else _sibling_id(
-                fs, fn, profile)
-            if known is None or fn.current_vgpu_type == known:
-                continue  # already typed (a reboot): left as it is
-            raise HookError(
-                'VF %s has vGPU type %d, not %s (%d): another type is '
-                'never set on a VF' % (address, fn.current_vgpu_type,
-                                       profile, known))
-        if type_id is None:
-            raise HookError(
-                'VF %s cannot take vGPU type %s now (creatable: %s)' % (
-                    address, profile,
-                    ', '.join(sorted(_VENDOR_PREFIX.sub('', n) for n in
-                                     fn.creatable_vgpu_types.values()))
-                    or 'none'))
-        wanted.append((address, type_id))
+        found = _type_for(fs, fn, specs, catalog)
+        if found is not None:
+            wanted.append((address,) + found)
     done = []
     try:
-        for address, type_id in wanted:
+        for address, type_id, _name in wanted:
             if privsep.set_vgpu_type_if_free(sysfs_root, address, type_id):
                 done.append((address, type_id))
     except (OSError, ValueError) as e:
@@ -155,9 +229,42 @@ def prepare(xml, sysfs_root):
                 privsep.clear_vgpu_type(sysfs_root, address)
             except (OSError, ValueError):
                 pass  # reported below; the reconciler clears orphans
-        raise HookError('setting vGPU type %s failed: %s'
-                        % (profile, e)) from None
+        raise HookError('setting vGPU type %s failed: %s' % (
+            ', '.join(sorted({n for _a, _t, n in wanted})), e)) from None
     return done
+
+
+def release(xml, sysfs_root):
+    """Clear the type of the domain's typed vendor-VFIO VFs; the list.
+
+    Only for a domain whose flavor asks a type (the hook typed its VFs);
+    a failure is reported and the rest still cleared: the guest is gone
+    whatever the hook says, and the agent's reconciler clears what stays.
+    """
+    root = _parse(xml)
+    if not asks_vgpu_type(flavor_specs(root)):
+        return [], []
+    fs = sysfs_mod.Sysfs(sysfs_root)
+    cleared, failed = [], []
+    for address in hostdev_addresses(root):
+        fn = _function(fs, address)
+        if fn is None or not fn.current_vgpu_type or not fn.physfn:
+            continue
+        try:
+            privsep.clear_vgpu_type(sysfs_root, address)
+        except (OSError, ValueError) as e:
+            failed.append('%s: %s' % (address, e))
+        else:
+            cleared.append(address)
+    return cleared, failed
+
+
+def _parse(xml):
+    try:
+        return etree.fromstring(xml.encode() if isinstance(xml, str)
+                                else xml)
+    except etree.XMLSyntaxError as e:
+        raise HookError('domain XML cannot be read: %s' % e) from None
 
 
 def _sysfs_root():
@@ -175,7 +282,8 @@ def main(argv=None, stdin=None, stderr=None, sysfs_root=None):
     """The hook: exit status 0 (go on) or 1 (libvirt stops the start)."""
     argv = sys.argv[1:] if argv is None else argv
     stderr = stderr or sys.stderr
-    if len(argv) < 3 or (argv[1], argv[2]) != ('prepare', 'begin'):
+    phase = tuple(argv[1:3])
+    if len(argv) < 3 or phase not in (PREPARE, RELEASE):
         return 0
     stdin = stdin or sys.stdin
     try:
@@ -186,6 +294,8 @@ def main(argv=None, stdin=None, stderr=None, sysfs_root=None):
             sysfs_root = _sysfs_root()
             # libvirt runs hooks as root: no privsep daemon needed.
             privsep.use_in_process()
+        if phase == RELEASE:
+            return _release(argv[0], xml, sysfs_root, stderr)
         done = prepare(xml, sysfs_root)
     except HookError as e:
         stderr.write('nova-gpu-qemu-hook: domain %s: %s\n' % (argv[0], e))
@@ -198,6 +308,17 @@ def main(argv=None, stdin=None, stderr=None, sysfs_root=None):
         stderr.write('nova-gpu-qemu-hook: domain %s: VF %s set to vGPU '
                      'type %d\n' % (argv[0], address, type_id))
     return 0
+
+
+def _release(domain, xml, sysfs_root, stderr):
+    cleared, failed = release(xml, sysfs_root)
+    for address in cleared:
+        stderr.write('nova-gpu-qemu-hook: domain %s: VF %s vGPU type '
+                     'cleared\n' % (domain, address))
+    for problem in failed:
+        stderr.write('nova-gpu-qemu-hook: domain %s: clearing VF %s\n'
+                     % (domain, problem))
+    return 0  # the guest is gone: a release never fails
 
 
 if __name__ == '__main__':

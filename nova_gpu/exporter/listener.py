@@ -3,7 +3,8 @@
 It listens on the report topic in its own pool (``nova-gpu-exporter``),
 so it receives every report alongside the schedulers without taking any
 from them. Like the scheduler's endpoint it never raises: a bad message is
-logged at WARNING and dropped, and touches no other host.
+logged at WARNING and dropped (``nova_gpu.listening``), and touches no
+other host.
 """
 
 from oslo_log import log as logging
@@ -11,42 +12,30 @@ import oslo_messaging as messaging
 
 from nova_gpu.core import notification
 from nova_gpu.core import report as report_mod
+from nova_gpu import listening
 
 LOG = logging.getLogger(__name__)
 POOL = 'nova-gpu-exporter'
 
 
-def _shown(value):
-    text = value if isinstance(value, str) else repr(value)
-    return text if len(text) <= 100 else text[:97] + '...'
-
-
-class Endpoint:
-    filter_rule = messaging.NotificationFilter(
-        event_type='^(%s)$' % '|'.join(
-            e.replace('.', r'\.') for e in
-            (report_mod.EVENT_TYPE,) + notification.EVENT_TYPES))
+class Endpoint(listening.Endpoint):
+    filter_rule = listening.event_filter(
+        (report_mod.EVENT_TYPE,) + notification.EVENT_TYPES)
+    log = LOG
 
     def __init__(self, state):
         self.state = state
 
-    def info(self, ctxt, publisher_id, event_type, payload, metadata):
-        try:
-            if event_type == report_mod.EVENT_TYPE:
-                self.state.ingest_report(payload)
-            elif event_type == notification.REFUSAL_EVENT:
-                self.state.ingest_refusal(
-                    notification.parse(event_type, payload))
-            elif event_type == notification.PLACEMENT_EVENT:
-                self.state.ingest_placement(
-                    notification.parse(event_type, payload))
-            elif event_type == notification.DEVICE_EVENT:
-                self.state.ingest_device(
-                    notification.parse(event_type, payload))
-        except Exception as e:
-            LOG.warning('Dropping %s from %s: %s', event_type,
-                        _shown(publisher_id), e)
-        return messaging.NotificationResult.HANDLED
+    def handle(self, event_type, payload):
+        if event_type == report_mod.EVENT_TYPE:
+            self.state.ingest_report(payload)
+        elif event_type == notification.REFUSAL_EVENT:
+            self.state.ingest_refusal(notification.parse(event_type, payload))
+        elif event_type == notification.PLACEMENT_EVENT:
+            self.state.ingest_placement(
+                notification.parse(event_type, payload))
+        elif event_type == notification.DEVICE_EVENT:
+            self.state.ingest_device(notification.parse(event_type, payload))
 
 
 class Listener:

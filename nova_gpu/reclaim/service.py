@@ -30,6 +30,7 @@ from oslo_log import log as logging
 import oslo_messaging as messaging
 
 from nova_gpu.core import catalog as catalog_mod
+from nova_gpu.core import flavor
 from nova_gpu.core import moves
 from nova_gpu import daemon
 from nova_gpu.reclaim import executor as executor_mod
@@ -47,20 +48,21 @@ class ReclaimService:
     """State, decisions and (once started) listener and worker.
 
     ``compute``: the compute/Placement client (``compute.SdkCompute``);
-    ``grammar``: the flavor grammar (``grammar.load()``); ``notifier``: a
-    ``notification.Notifier`` (default: oslo.messaging on the report
-    topic of ``transport``).
+    ``notifier``: a ``notification.Notifier`` (default: oslo.messaging on
+    the report topic of ``transport``); ``catalog``: default ``[gpu]
+    catalog_files``. Flavors are read with the core's grammar and the
+    ``[gpu_scheduler]`` names of ``conf`` (``grammar``).
     """
 
-    def __init__(self, conf, compute, grammar, transport=None,
-                 notifier=None, catalog=None, clock=None):
+    def __init__(self, conf, compute, transport=None, notifier=None,
+                 catalog=None, clock=None):
         o = conf.gpu_reclaimer
         self.conf = conf
         self.compute = compute
-        self.grammar = grammar
-        self.is_spot = grammar_mod.is_spot(grammar)
+        self.is_spot = grammar_mod.is_spot
         self.catalog = catalog or catalog_mod.load_catalog(
             conf.gpu.catalog_files)
+        self.names = flavor.PathNames.from_options(conf.gpu_scheduler)
         kw = {'clock': clock} if clock else {}
         self.store = inventory.ReportStore(self.catalog, o.stale_after, **kw)
         self.stale_after = o.stale_after
@@ -93,6 +95,11 @@ class ReclaimService:
                                self.compute.servers(), self.catalog,
                                self.is_spot)
 
+    def requests_of(self, extra_specs, vcpus=0, memory_mb=0):
+        """The GpuRequests a flavor may be served with (``grammar``)."""
+        return grammar_mod.requests_of(extra_specs, self.catalog,
+                                       self.names, vcpus, memory_mb)
+
     def handle_refusal(self, refused):
         """Make room for a refused instance; the executor's Outcome, or
         None when nothing is done (spot or GPU-less flavor, no plan).
@@ -101,9 +108,8 @@ class ReclaimService:
             LOG.info('Refused instance %s is spot itself: nothing evicted',
                      refused.instance_uuid)
             return None
-        requests = grammar_mod.requests_of(
-            self.grammar, refused.extra_specs, refused.vcpus,
-            refused.memory_mb)
+        requests = self.requests_of(refused.extra_specs, refused.vcpus,
+                                    refused.memory_mb)
         if not requests:
             return None
         inv = self.inventory()
@@ -129,7 +135,7 @@ class ReclaimService:
 
     def headroom_request(self):
         specs, vcpus, ram = self.compute.flavor(self.headroom_flavor)
-        requests = grammar_mod.requests_of(self.grammar, specs, vcpus, ram)
+        requests = self.requests_of(specs, vcpus, ram)
         if not requests:
             raise ValueError('[gpu_reclaimer] headroom_flavor %s asks no GPU '
                              'device the scheduler can read'
@@ -248,8 +254,7 @@ def main(argv=None):
     conf = prepare(sys.argv[1:] if argv is None else argv)
     stop = daemon.stop_on_signals()
     service = ReclaimService(
-        conf, compute_mod.SdkCompute(cloud=conf.gpu_reclaimer.cloud),
-        grammar_mod.load()).start()
+        conf, compute_mod.SdkCompute(cloud=conf.gpu_reclaimer.cloud)).start()
     try:
         stop.wait()
     finally:

@@ -3,8 +3,10 @@
 Registered in the ``nova.api.extra_spec_validators`` entry point group, so
 that ``openstack flavor set --property gpu:profile=NOPE`` is refused by the
 Nova API (microversion 2.86 and later) with a 400 that names the key, the
-problem and the allowed values. The parsing is ``flavor.validate_value``,
-the same code the scheduler filter uses.
+problem and the allowed values. The parsing is ``flavor.validate_value``
+(the core's grammar, ``core.flavor``, with ``[gpu_scheduler]
+max_gpu_count`` and ``[gpu] catalog_files``), the same code the scheduler
+filter uses.
 
 Nova calls a validator only for a key it matches: by exact name, then by
 each validator's name pattern, and a key of no registered namespace is

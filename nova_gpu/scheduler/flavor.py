@@ -1,198 +1,53 @@
-"""Flavor extra specs in the ``gpu:`` namespace, turned into GPU requests.
+"""The ``gpu:`` flavor grammar with the scheduler's configuration.
 
-This is the one place that reads the grammar; the API validator
-(``extra_specs``) and the scheduler filter both call it, so a flavor the API
-accepts is a flavor the scheduler understands.
-
-Grammar (values are case-sensitive except units)::
-
-    gpu:profile=<vGPU type>        e.g. A100-10C, H100XM-3-40C (MIG-backed)
-    gpu:mig=<MIG profile>          e.g. 3g.40gb (with gpu:model to pin one)
-    gpu:memory=<size>              e.g. 20GB, 20480MB: smallest device that
-                                   has at least this much GPU memory
-    gpu:compute=<share>            e.g. 0.25 or 25%: with gpu:memory, the
-                                   device must also have this share of one
-                                   GPU's compute
-    gpu:kind=vgpu|mig|whole        what to serve gpu:memory with (default
-                                   vgpu); whole alone asks passthrough GPUs
-    gpu:count=<1..max_gpu_count>   devices, each on its own physical GPU
-                                   (default limit 4, at most 8: see
-                                   MAX_COUNT)
-    gpu:model=<model>[,<model>..]  allowed GPU models (catalog names/aliases)
-    gpu:topology=any|numa|nvlink   all devices on one NUMA node / NVLinked
-    gpu:backend=mdev|vfio          how vGPUs are served where a cloud mixes
-                                   paths (default [gpu_scheduler]
-                                   vgpu_backend): mediated devices, or
-                                   NVIDIA vendor-specific VFIO VFs
-    gpu:preemptible=true|false     spot capacity: nova-gpu-reclaimer may
-                                   evict the flavor's servers for on-demand
-                                   ones (default false; asks no device)
-
-GB and MB are binary here (1GB = 1024MB), as in NVIDIA's profile names
-(3g.20gb has 20480 MiB). The Placement side stays Nova's own, one form
-per path (``placement_extra_specs`` gives the keys; see ``PATHS``):
-
-* mdev vGPUs (PF or SR-IOV VF parents): ``resources:VGPU=1``, or
-  ``resourcesN:VGPU=1`` groups with ``group_policy=isolate`` for several;
-* vendor-VFIO vGPUs (PCI in Placement): ``pci_passthrough:alias=
-  nvidia-vgpu:N``, plus ``group_policy=isolate`` for several (Nova makes
-  one request group per device; isolate keeps them on distinct GPUs' pools);
-* whole GPUs (passthrough, PCI in Placement): ``pci_passthrough:alias=
-  nvidia-gpu:N`` (each GPU is a provider of one: N groups, N GPUs).
-
-The alias names and resource classes are ``[gpu_scheduler]`` options
-(defaults in ``core.report``).
-
-Numbers are ASCII digits only and values printable ASCII. A key that looks
-meant for this namespace but is not exactly one of ``KEYS`` (``GPU:count``,
-`` gpu:count``, ``gpu :count``, ``gpu:Count``) is refused, by the API
-validator and by ``parse``, never ignored.
+The grammar itself (the keys, their values, the paths, the requests a
+flavor makes) is the core's: ``nova_gpu.core.flavor``, documented there.
+This module adds what comes from ``nova.conf`` and Nova: the catalog of
+``[gpu] catalog_files``, the ``[gpu_scheduler]`` names (``PathNames.
+from_conf``) and ``gpu:count`` limit, and the GpuSpec of a Nova
+RequestSpec, memoised for the filter. The API validator
+(``extra_specs``), the filters, the view and the tools call it; the names
+of the core module are re-exported here for them.
 """
 
-import dataclasses
-import decimal
 import functools
-import math
-import re
 
 from oslo_config import cfg
 
 from nova_gpu import conf  # noqa: F401  (registers [gpu], [gpu_scheduler])
 from nova_gpu.core import catalog as catalog_mod
 from nova_gpu.core import exceptions
-from nova_gpu.core import host as host_mod
-from nova_gpu.core import report as report_mod
-from nova_gpu.core import request as request_mod
+from nova_gpu.core import flavor as grammar
 
 CONF = cfg.CONF
 
-PREFIX = 'gpu:'
-KINDS = ('vgpu', 'mig', 'whole')
-BACKENDS = ('mdev', 'vfio')
-ALIAS_KEY = 'pci_passthrough:alias'
+# The grammar's names, as the scheduler's modules and the tools use them.
+PREFIX = grammar.PREFIX
+KEYS = grammar.KEYS
+KINDS = grammar.KINDS
+BACKENDS = grammar.BACKENDS
+BOOLEANS = grammar.BOOLEANS
+PREEMPTIBLE = grammar.PREEMPTIBLE
+ALIAS_KEY = grammar.ALIAS_KEY
+PATH_MDEV = grammar.PATH_MDEV
+PATH_VFIO = grammar.PATH_VFIO
+PATH_PASSTHROUGH = grammar.PATH_PASSTHROUGH
+PATHS = grammar.PATHS
+MAX_COUNT = grammar.MAX_COUNT
+ExtraSpecError = grammar.ExtraSpecError
+GpuSpec = grammar.GpuSpec
+alias_counts = grammar.alias_counts
+near_miss = grammar.near_miss
+placement_units = grammar.placement_units
+preemptible = grammar.preemptible
 
-# How a device reaches the guest, as the harness, the demo and the docs
-# name the paths (the report's provider kinds say how Placement shows them).
-PATH_MDEV = 'mdev'          # VGPU on a PF or VF mdev parent
-PATH_VFIO = 'vfio'          # vendor-VFIO VF from a per-GPU PCI pool
-PATH_PASSTHROUGH = 'passthrough'  # the whole GPU, PCI in Placement
-PATHS = (PATH_MDEV, PATH_VFIO, PATH_PASSTHROUGH)
 
-
-@dataclasses.dataclass(frozen=True)
-class PathNames:
-    """Resource classes and aliases of the paths (``[gpu_scheduler]``)."""
-
-    vgpu_rc: str = report_mod.VGPU_RC
-    whole_rc: str = report_mod.WHOLE_GPU_RC
-    vfio_rc: str = report_mod.VFIO_VGPU_RC
-    whole_alias: str = report_mod.WHOLE_GPU_ALIAS
-    vfio_alias: str = report_mod.VFIO_VGPU_ALIAS
-    backend: str = 'mdev'  # vGPU path of flavors without gpu:backend
+class PathNames(grammar.PathNames):
+    """``core.flavor.PathNames``, built from ``[gpu_scheduler]``."""
 
     @classmethod
     def from_conf(cls, vgpu_rc=None, whole_rc=None):
-        opts = CONF.gpu_scheduler
-        return cls(vgpu_rc or opts.vgpu_resource_class,
-                   whole_rc or opts.whole_gpu_resource_class,
-                   opts.vfio_vgpu_resource_class, opts.whole_gpu_alias,
-                   opts.vfio_vgpu_alias, opts.vgpu_backend)
-
-
-MAX_COUNT = 8
-"""The most devices ``gpu:count`` can ever ask (``max_gpu_count`` caps).
-
-Each device of a multi-GPU flavor is its own Placement request group
-(``resourcesN:<rc>=1`` with ``group_policy=isolate``): a GPU provider holds
-one whole GPU or the vGPUs of one physical GPU, and Placement never splits
-one group's amount of a resource class across providers, so N devices on N
-distinct GPUs cannot be one group with a count. Placement walks the
-cartesian product of the groups' providers, G**N per host of G GPUs, and
-only then drops the combinations that reuse a provider. Measured on the
-in-process cloud, 8-GPU host (doc/source/scheduler.rst, "Multi-GPU flavors
-and Placement"): 4 groups take 0.3 s with Placement's defaults, 6 groups
-about a minute, 8 groups several minutes; with Placement tuned
-(``max_allocation_candidates``, breadth-first, the wide-tree workaround),
-6 groups take about a second, 8 groups 4 s when each GPU holds one device
-(whole GPUs, full-GPU vGPU types) but two minutes when each GPU offers
-4 time-sliced vGPUs. Beyond 8 the hosts with that many GPUs are rare and
-every smaller host with enough vGPU capacity is enumerated in vain.
-"""
-
-# Values are printable ASCII; numbers are ASCII digits (Python's int() and
-# float() would take Unicode digits, underscores, signs, 'inf' and 'nan').
-_NOT_PRINTABLE = re.compile(r'[^\x20-\x7e]')
-_COUNT = re.compile(r'[0-9]{1,4}')
-_SIZE = re.compile(r'([0-9]{1,9}(?:\.[0-9]{1,9})?) ?(mb|mib|gb|gib|tb|tib)',
-                   re.IGNORECASE | re.ASCII)
-_SHARE = re.compile(r'([0-9]{1,3}(?:\.[0-9]{1,9})?)(%?)', re.ASCII)
-# A key meant for this namespace: "gpu" in any case with spaces around,
-# then a colon. Only the exact "gpu:<name>" keys are read.
-_NEAR_KEY = re.compile(r'\s*gpu\s*:.*', re.IGNORECASE | re.DOTALL)
-_RESOURCES = re.compile(r'^resources([A-Za-z0-9_-]*):(.+)$')
-_UNIT_MIB = {'mb': 1, 'mib': 1, 'gb': 1024, 'gib': 1024,
-             'tb': 1024 * 1024, 'tib': 1024 * 1024}
-_SHOWN = 48  # characters of a bad value quoted back in an error
-_SHOWN_KEY = 255  # keys in full: Nova's longest
-
-
-def _show(text, limit=_SHOWN):
-    """``text`` as an error message quotes it: visibly, and not too long."""
-    text = str(text)
-    if len(text) > limit:
-        text = text[:limit] + '...'
-    if _NOT_PRINTABLE.search(text) or text != text.strip() or not text:
-        return ascii(text)
-    return text
-
-
-class ExtraSpecError(exceptions.InvalidRequest):
-    """A ``gpu:`` extra spec is wrong; the message names key and remedy."""
-
-    def __init__(self, key, value, problem, allowed=None):
-        self.key = key
-        self.value = value
-        msg = '%s=%s: %s' % (_show(key, _SHOWN_KEY), _show(value), problem)
-        if allowed:
-            msg += ' (allowed: %s)' % ', '.join(allowed)
-        super().__init__(msg)
-
-
-@dataclasses.dataclass(frozen=True)
-class GpuSpec:
-    """What a flavor asks of the GPU plugin.
-
-    ``alternatives`` are GpuRequests that would each satisfy the flavor,
-    most preferred first (one, unless the flavor asks by need).
-    ``explicit`` says the flavor has ``gpu:`` keys (stock vGPU flavors do
-    not). ``units`` and ``groups`` are what the flavor asks of Placement in
-    ``resource_class``; ``per_model`` indexes the alternatives by GPU model
-    so that a host only looks at those of the models it has.
-    """
-
-    alternatives: tuple
-    explicit: bool
-    need_based: bool
-    units: int
-    groups: int
-    resource_class: str
-    problem: str = None
-    sizes: tuple = ()  # device memory (MiB) of each need-based alternative
-    path: str = PATH_MDEV  # one of PATHS
-
-    @functools.cached_property
-    def per_model(self):
-        index = {}
-        for alt in self.alternatives:
-            for model in alt.models or ('*',):
-                index.setdefault(model, []).append(alt)
-        return index
-
-    @functools.cached_property
-    def key(self):
-        """Hashable identity of what is asked (computed once)."""
-        return (tuple(a.key() for a in self.alternatives), self.units,
-                self.groups)
+        return cls.from_options(CONF.gpu_scheduler, vgpu_rc, whole_rc)
 
 
 @functools.lru_cache(maxsize=8)
@@ -205,481 +60,37 @@ def default_catalog():
     return _load(tuple(CONF.gpu.catalog_files))
 
 
-# -- one key at a time (API validation) ----------------------------------
-
-def near_miss(key):
-    """Whether ``key`` looks meant for the ``gpu:`` namespace but is not a
-    ``gpu:`` key this module reads (other case, spaces, unknown name).
-    """
-    return bool(_NEAR_KEY.fullmatch(key)) and key not in KEYS
-
-
-def _refuse_key(key, value):
-    """Refuse a key this module does not read, saying what it meant."""
-    guess = re.sub(r'\s', '', key).lower()
-    meant = (' (did you mean %s?)' % guess) if guess in KEYS else ''
-    if _NEAR_KEY.fullmatch(key) and not key.startswith(PREFIX):
-        raise ExtraSpecError(
-            key, value, 'not read: GPU extra specs start with exactly "%s" '
-            '(lower case, no spaces)%s' % (PREFIX, meant))
-    if meant:
-        raise ExtraSpecError(key, value, 'not read: GPU extra spec names '
-                             'are lower case, without spaces%s' % meant)
-    raise ExtraSpecError(key, value, 'unknown GPU extra spec', KEYS)
-
-
-def validate_value(key, value, catalog=None):
-    """Check one ``gpu:`` extra spec; return its parsed value.
-
-    A key that is not one this module reads (``gpu:colour``) or only looks
-    like one (``GPU:count``, `` gpu:count``, ``gpu:Count``) is refused,
-    with the key it probably meant.
-    """
-    catalog = catalog or default_catalog()
-    name = key[len(PREFIX):] if key.startswith(PREFIX) else key
-    parser = _PARSERS.get(name)
-    if parser is None:
-        _refuse_key(key, value)
-    if not isinstance(value, str):
-        value = str(value)
-    bad = _NOT_PRINTABLE.search(value)
-    if bad:
-        raise ExtraSpecError(key, value, 'character %d is not printable '
-                             'ASCII' % bad.start())
-    return parser(catalog, PREFIX + name, value)
-
-
-def _profile(catalog, key, value):
-    try:
-        return catalog.vgpu_profile(value.strip())
-    except exceptions.UnknownProfile:
-        raise ExtraSpecError(key, value, 'unknown vGPU profile',
-                             catalog.vgpu_profile_names()) from None
-
-
-def _mig(catalog, key, value):
-    value = value.strip()
-    if value not in catalog.mig_profile_names():
-        raise ExtraSpecError(key, value, 'unknown MIG profile',
-                             catalog.mig_profile_names())
-    return value
-
-
 def max_count():
     """The ``gpu:count`` limit: ``[gpu_scheduler] max_gpu_count``, at most
     ``MAX_COUNT``.
     """
-    return max(1, min(CONF.gpu_scheduler.max_gpu_count, MAX_COUNT))
+    return grammar.max_count(CONF.gpu_scheduler.max_gpu_count)
 
 
-def _count(catalog, key, value):
-    count = int(value) if _COUNT.fullmatch(value) else 0
-    limit = max_count()
-    if not 1 <= count <= limit:
-        raise ExtraSpecError(
-            key, value, 'must be an integer from 1 to %d (ASCII digits): '
-            'each device is one isolated Placement request group, and '
-            'Placement\'s time to list candidates grows as GPUs**groups '
-            '(limit: [gpu_scheduler] max_gpu_count, at most %d)'
-            % (limit, MAX_COUNT))
-    return count
-
-
-def _models(catalog, key, value):
-    names = [v.strip() for v in value.split(',') if v.strip()]
-    if not names:
-        raise ExtraSpecError(key, value, 'names no GPU model',
-                             sorted(catalog.models))
-    result = []
-    for name in names:
-        try:
-            result.append(catalog.model(name).name)
-        except exceptions.UnknownModel:
-            raise ExtraSpecError(key, value, 'unknown GPU model %r' % name,
-                                 sorted(catalog.models)) from None
-    return frozenset(result)
-
-
-def _topology(catalog, key, value):
-    if value not in request_mod.TOPOLOGIES:
-        raise ExtraSpecError(key, value, 'unknown topology',
-                             request_mod.TOPOLOGIES)
-    return value
-
-
-def _largest_mib(catalog):
-    return max((m.framebuffer_mib for m in catalog.models.values()),
-               default=0)
-
-
-def _memory(catalog, key, value):
-    match = _SIZE.fullmatch(value)
-    if not match:
-        raise ExtraSpecError(key, value, 'expected a positive size with a '
-                             'unit, e.g. 20GB or 20480MB')
-    exact = (decimal.Decimal(match.group(1))
-             * _UNIT_MIB[match.group(2).lower()])
-    # At least this much: a fraction of a MiB rounds up.
-    mib = math.ceil(exact)
-    if exact < 1:
-        raise ExtraSpecError(key, value, 'is less than 1 MiB; expected a '
-                             'positive size with a unit, e.g. 20GB')
-    largest = _largest_mib(catalog)
-    if mib > largest:
-        raise ExtraSpecError(key, value, 'no GPU in the catalog has that '
-                             'much memory (largest: %d MiB)' % largest)
-    return mib
-
-
-def _compute(catalog, key, value):
-    match = _SHARE.fullmatch(value)
-    if match:
-        share = (decimal.Decimal(match.group(1))
-                 / (100 if match.group(2) else 1))
-        if 0 < share <= 1:
-            # At least this share: never rounded down to nothing.
-            return max(1, int(round(share * host_mod.MILLI)))
-    raise ExtraSpecError(key, value, 'expected a share of one GPU in (0, 1] '
-                         'or (0%, 100%], e.g. 0.25 or 25%')
-
-
-def _kind(catalog, key, value):
-    if value not in KINDS:
-        raise ExtraSpecError(key, value, 'unknown kind', KINDS)
-    return value
-
-
-def _backend(catalog, key, value):
-    if value not in BACKENDS:
-        raise ExtraSpecError(key, value, 'unknown vGPU backend: mdev '
-                             '(mediated devices, resources:VGPU) or vfio '
-                             '(NVIDIA vendor-specific VFIO VFs, PCI in '
-                             'Placement)', BACKENDS)
-    return value
-
-
-PREEMPTIBLE = PREFIX + 'preemptible'
-BOOLEANS = ('true', 'false')
-
-
-def _preemptible(catalog, key, value):
-    # Exactly true or false: the reclaimer evicts a server on this value,
-    # so nothing that merely looks true ("True", "yes", "1") is stored.
-    if value not in BOOLEANS:
-        raise ExtraSpecError(key, value, 'must be true (spot: servers of '
-                             'this flavor may be evicted by '
-                             'nova-gpu-reclaimer) or false', BOOLEANS)
-    return value == 'true'
-
-
-def preemptible(extra_specs):
-    """Whether a flavor's servers are spot (``gpu:preemptible=true``).
-
-    A bad value raises ExtraSpecError (the API validator refuses it).
+def validate_value(key, value, catalog=None):
+    """``core.flavor.validate_value`` with ``[gpu] catalog_files`` (by
+    default) and the ``[gpu_scheduler]`` limit.
     """
-    value = (extra_specs or {}).get(PREEMPTIBLE)
-    if value is None:
-        return False
-    return validate_value(PREEMPTIBLE, value)
-
-
-_PARSERS = {
-    'profile': _profile, 'mig': _mig, 'count': _count, 'model': _models,
-    'topology': _topology, 'memory': _memory, 'compute': _compute,
-    'kind': _kind, 'backend': _backend, 'preemptible': _preemptible,
-}
-# Keys that say how a server is treated, not which device it asks: they
-# neither make a flavor's GPU request nor make a stock flavor "explicit".
-_NOT_DEVICE = ('preemptible',)
-KEYS = tuple(PREFIX + k for k in sorted(_PARSERS))
-
-
-# -- the whole flavor (scheduler) ----------------------------------------
-
-def placement_units(extra_specs, resource_class):
-    """``(total units, number of groups)`` of ``resource_class`` asked."""
-    total = groups = 0
-    for key, value in extra_specs.items():
-        match = _RESOURCES.match(key)
-        if match and match.group(2) == resource_class:
-            try:
-                amount = int(value)
-            except (TypeError, ValueError):
-                continue
-            if amount > 0:
-                total += amount
-                groups += 1
-    return total, groups
-
-
-def alias_counts(extra_specs):
-    """``{alias name: devices}`` of a flavor's ``pci_passthrough:alias``
-    (``name:count[,name:count...]``; a bad entry counts nothing here:
-    Nova's own validator refuses it).
-    """
-    result = {}
-    for part in str(extra_specs.get(ALIAS_KEY) or '').split(','):
-        name, _sep, count = part.strip().partition(':')
-        count = count.strip() or '1'
-        if name and _COUNT.fullmatch(count):
-            result[name.strip()] = result.get(name.strip(), 0) + int(count)
-    return result
+    return grammar.validate_value(key, value, catalog or default_catalog(),
+                                  PathNames.from_conf())
 
 
 def placement_extra_specs(spec, vgpu_rc=None, whole_rc=None, names=None):
-    """The Placement / PCI extra specs Nova needs for ``spec``.
-
-    mdev vGPUs: several devices are one isolated request group each
-    (``resourcesN:VGPU=1``, ``group_policy=isolate``): each mdev parent is
-    its own provider, and Placement never splits one group's amount of a
-    resource class across providers.
-
-    vendor-VFIO vGPUs and whole GPUs are PCI devices tracked by PCI in
-    Placement: ``pci_passthrough:alias=<alias>:N``. Nova turns an alias
-    count of N into N request groups of one device each
-    (``RequestSpec._generate_request_groups_from_pci_requests``); a whole
-    GPU is a provider of one, so N groups land on N GPUs; the VFs of one
-    GPU are pooled in one provider, so vGPUs need ``group_policy=isolate``
-    to land on N distinct GPUs.
+    """``core.flavor.placement_extra_specs``; ``names`` default to the
+    ``[gpu_scheduler]`` options.
     """
-    names = names or PathNames.from_conf(vgpu_rc, whole_rc)
-    count = spec.alternatives[0].count
-    path = spec.path
-    if path in (PATH_VFIO, PATH_PASSTHROUGH):
-        alias = (names.whole_alias if path == PATH_PASSTHROUGH
-                 else names.vfio_alias)
-        result = {ALIAS_KEY: '%s:%d' % (alias, count)}
-        if path == PATH_VFIO and count > 1:
-            result['group_policy'] = 'isolate'
-        return result
-    rc = names.vgpu_rc
-    if count == 1:
-        return {'resources:%s' % rc: '1'}
-    result = {'resources%d:%s' % (i, rc): '1' for i in range(1, count + 1)}
-    result['group_policy'] = 'isolate'
-    return result
-
-
-def _path_of(values, extra_specs, names):
-    """(path, resource class, units, groups) the flavor asks."""
-    aliases = alias_counts(extra_specs)
-    vgpu_units, vgpu_groups = placement_units(extra_specs, names.vgpu_rc)
-    vfio_units = aliases.get(names.vfio_alias, 0)
-    whole_units = aliases.get(names.whole_alias, 0)
-    whole_res, whole_groups = placement_units(extra_specs, names.whole_rc)
-    backend = values.get('backend')
-    if values.get('kind') == 'whole' or (
-            not values and (whole_units or whole_res)):
-        if backend:
-            raise ExtraSpecError(
-                PREFIX + 'backend', backend, 'applies to vGPUs only: a '
-                'whole GPU is passed through as a PCI device '
-                '(%s=%s:N)' % (ALIAS_KEY, names.whole_alias))
-        return (PATH_PASSTHROUGH, names.whole_rc, whole_units + whole_res,
-                whole_units + whole_groups)
-    if vgpu_units and vfio_units:
-        raise ExtraSpecError(
-            ALIAS_KEY, extra_specs.get(ALIAS_KEY), 'the flavor asks vGPUs '
-            'both as mdevs (resources:%s) and as vendor-VFIO VFs (alias '
-            '%s); one device is served by one path: keep one, or set '
-            'gpu:backend' % (names.vgpu_rc, names.vfio_alias))
-    if backend is None:
-        backend = ('vfio' if vfio_units else 'mdev' if vgpu_units
-                   else names.backend)
-    if backend == 'vfio':
-        if vgpu_units:
-            raise ExtraSpecError(
-                PREFIX + 'backend', backend, 'asks vendor-VFIO VFs but the '
-                'flavor asks mdev vGPUs (resources:%s)' % names.vgpu_rc)
-        return PATH_VFIO, names.vfio_rc, vfio_units, vfio_units
-    if vfio_units:
-        raise ExtraSpecError(
-            PREFIX + 'backend', backend, 'asks mdev vGPUs but the flavor '
-            'asks vendor-VFIO VFs (%s=%s:N)'
-            % (ALIAS_KEY, names.vfio_alias))
-    return PATH_MDEV, names.vgpu_rc, vgpu_units, vgpu_groups
+    return grammar.placement_extra_specs(
+        spec, names or PathNames.from_conf(vgpu_rc, whole_rc))
 
 
 def parse(extra_specs, catalog=None, vcpus=0, memory_mb=0,
           vgpu_rc=None, whole_rc=None, names=None):
-    """GpuSpec of a flavor, or None when it asks for no GPU at all.
-
-    Raises ExtraSpecError when a ``gpu:`` key is wrong or the keys
-    contradict each other (or ask a combination no path can serve).
-    ``names``: the paths' resource classes and aliases (default: the
-    ``[gpu_scheduler]`` options).
+    """``core.flavor.parse`` with ``[gpu] catalog_files`` and the
+    ``[gpu_scheduler]`` names by default.
     """
-    catalog = catalog or default_catalog()
-    names = names or PathNames.from_conf(vgpu_rc, whole_rc)
-    values = {}
-    for key, value in extra_specs.items():
-        # A near miss (GPU:profile) is refused, not ignored: the flavor
-        # may predate the API validator or use a microversion below 2.86.
-        if key.startswith(PREFIX) or _NEAR_KEY.fullmatch(key):
-            values[key[len(PREFIX):]] = validate_value(key, value, catalog)
-    for name in _NOT_DEVICE:
-        values.pop(name, None)
-    kind = values.get('kind')
-    path, rc, units, groups = _path_of(values, extra_specs, names)
-    if not values and not units:
-        return None
-    affinity, cpu_milli, memory_mib = _numa(extra_specs, values, vcpus,
-                                            memory_mb)
-    common = dict(count=values.get('count', 1),
-                  topology=values.get('topology', 'any'),
-                  numa_affinity=affinity, cpu_milli=cpu_milli,
-                  memory_mib=memory_mib)
-    models = values.get('model')
-    if not values:
-        # A stock flavor: whatever type each GPU is set up for.
-        if groups == 1 and units > 1:
-            # Several vGPUs in one group may share a physical GPU, which a
-            # GpuRequest (one device per GPU) cannot say: left to Nova.
-            return None
-        if path == PATH_VFIO and extra_specs.get('group_policy') != \
-                'isolate' and units > 1:
-            # Several VFs may come from one GPU's pool: left to Nova.
-            return None
-        common['count'] = groups if groups > 1 else units
-        alts = (request_mod.GpuRequest(
-            host_mod.WHOLE if path == PATH_PASSTHROUGH else host_mod.VGPU,
-            **common),)
-        return GpuSpec(alts, False, False, units, groups, rc, sizes=(0,),
-                       path=path)
-    _exclusive(values)
-    if 'profile' in values:
-        alts = (_profile_request(values, models, common),)
-    elif 'mig' in values:
-        alts = (_mig_request(catalog, values, models, common),)
-    elif 'memory' in values:
-        sized = _by_need(catalog, values, models, common)
-        alts = tuple(req for _size, req in sized)
-        sizes = tuple(size for size, _req in sized)
-    elif kind == 'whole':
-        alts = (request_mod.GpuRequest(host_mod.WHOLE, models=models,
-                                       **common),)
-    else:
-        alts = (request_mod.GpuRequest(host_mod.VGPU, models=models,
-                                       **common),)
-    if 'memory' not in values:
-        sizes = (0,) * len(alts)
-    problem = None
-    if units != common['count']:
-        problem = ('flavor asks %d GPU device(s) with gpu: extra specs but '
-                   '%d %s from Placement; set %s'
-                   % (common['count'], units, rc, ', '.join(
-                       '%s=%s' % kv for kv in sorted(placement_extra_specs(
-                           GpuSpec(alts, True, False, 0, 0, rc, path=path),
-                           names=names).items()))))
-    return GpuSpec(alts, True, 'memory' in values, units, groups, rc,
-                   problem, sizes, path)
-
-
-def _exclusive(values):
-    named = [k for k in ('profile', 'mig', 'memory') if k in values]
-    if len(named) > 1:
-        raise ExtraSpecError(PREFIX + named[1], values[named[1]],
-                             'cannot be combined with %s%s'
-                             % (PREFIX, named[0]))
-    if 'compute' in values and 'memory' not in values:
-        raise ExtraSpecError(PREFIX + 'compute', values['compute'],
-                             'only applies together with gpu:memory')
-    kind = values.get('kind')
-    if kind and named and named[0] != 'memory':
-        raise ExtraSpecError(PREFIX + 'kind', kind, 'only applies together '
-                             'with gpu:memory or alone')
-
-
-def _numa(extra_specs, values, vcpus, memory_mb):
-    dedicated = extra_specs.get('hw:cpu_policy') == 'dedicated'
-    try:
-        nodes = int(extra_specs.get('hw:numa_nodes', 0))
-    except ValueError:
-        nodes = 0
-    if not dedicated and not nodes:
-        return 'none', 0, 0
-    affinity = 'require' if values.get('topology') == 'numa' else 'prefer'
-    # The GPUs' node must hold one guest cell: all of it unless split.
-    per_cell = max(nodes, 1)
-    return (affinity, vcpus * host_mod.MILLI // per_cell,
-            memory_mb // per_cell)
-
-
-def _profile_request(values, models, common):
-    model, profile = values['profile']
-    if models is not None and model.name not in models:
-        raise ExtraSpecError(PREFIX + 'profile', profile.name,
-                             'is a %s profile, not one of gpu:model %s'
-                             % (model.name, ','.join(sorted(models))))
-    return request_mod.GpuRequest(host_mod.VGPU, profile.name,
-                                  models=frozenset([model.name]), **common)
-
-
-def _mig_request(catalog, values, models, common):
-    name = values['mig']
-    having = frozenset(m.name for m in catalog.models.values()
-                       if m.mig and name in m.mig.profiles)
-    allowed = having if models is None else having & models
-    if not allowed:
-        raise ExtraSpecError(PREFIX + 'mig', name,
-                             'no model of gpu:model offers it',
-                             sorted(having))
-    return request_mod.GpuRequest(host_mod.MIG, name, models=allowed,
-                                  **common)
-
-
-def _by_need(catalog, values, models, common):
-    """Every device that meets the need, smallest first."""
-    need_mib = values['memory']
-    need_milli = values.get('compute', 0)
-    kind = values.get('kind', 'vgpu')
-    found = []
-    for model in catalog.models.values():
-        if models is not None and model.name not in models:
-            continue
-        one = frozenset([model.name])
-        if kind == 'whole':
-            if model.framebuffer_mib >= need_mib:
-                found.append((model.framebuffer_mib, host_mod.MILLI,
-                              request_mod.GpuRequest(
-                                  host_mod.WHOLE, models=one, **common)))
-            continue
-        for profile in model.vgpu_profiles.values():
-            if profile.framebuffer_mib < need_mib:
-                continue
-            if profile.mig_backed:
-                mig = model.mig.profiles[profile.mig_profile]
-                share = (mig.compute_slices * host_mod.MILLI
-                         // model.mig.compute_slices)
-                req = (request_mod.GpuRequest(host_mod.MIG, mig.name,
-                                              models=one, **common)
-                       if kind == 'mig' else
-                       request_mod.GpuRequest(host_mod.VGPU, profile.name,
-                                              models=one, **common))
-            elif kind == 'mig':
-                continue
-            else:
-                share = host_mod.MILLI // profile.max_instances
-                req = request_mod.GpuRequest(host_mod.VGPU, profile.name,
-                                             models=one, **common)
-            if share >= need_milli:
-                found.append((profile.framebuffer_mib, -share, req))
-    if not found:
-        raise ExtraSpecError(
-            PREFIX + 'memory', '%dMB' % need_mib,
-            'no %s device of %s has that much memory%s'
-            % (kind, 'gpu:model ' + ','.join(sorted(models)) if models
-               else 'any known model',
-               ' and %.0f%% compute' % (need_milli / 10.0)
-               if need_milli else ''))
-    found.sort(key=lambda f: (f[0], f[1], sorted(f[2].models),
-                              f[2].profile or ''))
-    seen, result = set(), []
-    for size, _share, req in found:
-        if req.key() not in seen:
-            seen.add(req.key())
-            result.append((size, req))
-    return result
+    return grammar.parse(extra_specs, catalog or default_catalog(), vcpus,
+                         memory_mb,
+                         names or PathNames.from_conf(vgpu_rc, whole_rc))
 
 
 def from_request_spec(spec_obj, catalog=None):
@@ -692,7 +103,8 @@ def from_request_spec(spec_obj, catalog=None):
 @functools.lru_cache(maxsize=1024)
 def _parse_cached(items, vcpus, memory_mb, catalog, names):
     try:
-        return parse(dict(items), catalog, vcpus, memory_mb, names=names)
+        return grammar.parse(dict(items), catalog, vcpus, memory_mb,
+                             names=names)
     except exceptions.GpuError as e:
         # Flavors created before the validator was enabled can still
         # carry bad values; the filter reports them per request.

@@ -108,6 +108,10 @@ VF_MDEV = 'vf_mdev'          # SR-IOV + mdev on each VF (vGPU 16 and older)
 VFIO = 'vfio'                # NVIDIA vendor-specific VFIO VFs (vGPU 17+)
 PASSTHROUGH = 'passthrough'  # the whole GPU (PF) to one guest
 HOST_PATHS = (PF_MDEV, VF_MDEV, VFIO, PASSTHROUGH)
+# How a vfio host's VFs get their vGPU type (GpuHost.vf_types).
+PRESET = 'preset'
+ON_DEMAND = 'on_demand'
+VF_TYPINGS = (PRESET, ON_DEMAND)
 # The first VF of an NVIDIA SR-IOV GPU is function 4 of the PF's slot
 # (e.g. 0000:41:00.4 on an A100).
 FIRST_VF_FUNCTION = 4
@@ -128,7 +132,11 @@ class GpuHost:
     device_spec``). ``numa`` gives each GPU's NUMA node (2 nodes),
     ``nvlink`` the NVLink-connected pairs (as NVML would). ``mig``: the
     GPUs run in MIG mode and ``vgpu_type`` is a MIG-backed vGPU type
-    (``vf_mdev`` only).
+    (``vf_mdev`` only). ``vf_types``: how a ``vfio`` host's VFs get their
+    type: ``preset`` (``vgpu_type`` on every VF, as an operator scripts
+    it) or ``on_demand`` (no type until a guest starts: the ``qemu`` hook
+    sets it, ``nova_gpu.testing.qemu_hook``; ``vgpu_type`` then only says
+    how many VFs each GPU has).
     """
 
     name: str
@@ -140,6 +148,7 @@ class GpuHost:
     mig: bool = False
     path: str = None
     vfs: int = None
+    vf_types: str = PRESET
 
     def __post_init__(self):
         model = _CATALOG.model(self.model)
@@ -172,6 +181,13 @@ class GpuHost:
                 raise ValueError('%s: %s is %sa MIG-backed type'
                                  % (self.name, self.vgpu_type,
                                     '' if profile.mig_backed else 'not '))
+        if self.vf_types not in VF_TYPINGS:
+            raise ValueError('%s: vf_types %r is not one of %s'
+                             % (self.name, self.vf_types,
+                                ', '.join(VF_TYPINGS)))
+        if self.vf_types == ON_DEMAND and path != VFIO:
+            raise ValueError('%s: only vendor-VFIO VFs (path vfio) get '
+                             'their type on demand' % self.name)
         if not 1 <= self.gpus <= 16:
             raise ValueError('%s: 1 to 16 GPUs per host' % self.name)
 

@@ -20,7 +20,6 @@ from oslo_config import cfg
 from nova_gpu.reclaim import compute as compute_mod
 from nova_gpu.reclaim import events
 from nova_gpu.reclaim import executor
-from nova_gpu.reclaim import grammar
 from nova_gpu.reclaim import inventory
 from nova_gpu.reclaim import notification
 from nova_gpu.reclaim import service as service_mod
@@ -131,7 +130,7 @@ class SpotReclaimTest(cloud.GpuCloudTestCase):
 
         sent = Sent()
         reclaimer = service_mod.ReclaimService(
-            CONF, HarnessCompute(self), grammar.load(),
+            CONF, HarnessCompute(self),
             notifier=notification.Notifier(sent))
         reclaimer.executor.poll_s = 0.2
         reclaimer.store.ingest(self.gpu_report('t4'))

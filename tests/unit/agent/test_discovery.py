@@ -1,5 +1,6 @@
 """Discovery from sysfs and NVML (faked at the pynvml boundary)."""
 
+import dataclasses
 import os
 import tempfile
 
@@ -211,6 +212,54 @@ class TestSriovVendorFiles(SysfsCase):
         self.assertEqual(1, len(inv.gpus))  # VFs belong to their PF
         self.assertEqual(['H100XM-10C', 'H100XM-20C'],
                          inv.gpus[0].vgpu_profiles)
+
+    def test_typed_vf_leaves_only_its_type(self):
+        # Equal-size mode: once a VF holds H100XM-10C (idle or not), the
+        # GPU's other VFs can take no other time-sliced type, and Nova may
+        # hand out the typed VF itself.
+        self.fs.set_vgpu_type(self.vfs[1], 1061)
+        inv = discovery.Discovery(self.sysfs, None, CATALOG).discover()
+        self.assertEqual(['H100XM-10C'], inv.gpus[0].vgpu_profiles)
+        self.assertEqual(['H100XM-10C'],
+                         inv.report()['gpus'][0]['vgpu_types'])
+
+    def test_untyped_vfs_take_what_the_driver_lists_not_nvml(self):
+        # NVML's supported list is what the card supports, not what a VF
+        # can be given now.
+        inv = discovery.Discovery(self.sysfs, None, CATALOG).discover()
+        record = inv.gpus[0]
+        record.nvml = nvml.NvmlGpu(
+            index=0, address=record.address, name='NVIDIA H100 80GB HBM3',
+            memory_mib=81559,
+            supported_vgpu_types={1063: 'NVIDIA H100XM-40C'})
+        self.assertEqual(['H100XM-10C', 'H100XM-20C'], record.vgpu_profiles)
+
+    def test_mixing_card_adds_creatable_to_typed(self):
+        self.fs.set_vgpu_type(self.vfs[1], 1061)
+        inv = discovery.Discovery(self.sysfs, None, CATALOG).discover()
+        record = inv.gpus[0]
+        record.model = dataclasses.replace(record.model,
+                                           time_sliced_mixing=True)
+        self.assertEqual(['H100XM-10C', 'H100XM-20C'], record.vgpu_profiles)
+
+    def test_resource_class_keys_that_are_pci_addresses(self):
+        # [gpu_agent] pci_resource_classes entries: the last ':' separates.
+        entries = ['0000:86:00.0:CUSTOM_POOL_A', '0000:87:00.0:CUSTOM_B',
+                   'H100XM-10C:B', '2330:C']
+        self.assertEqual(
+            {'0000:86:00.0': 'CUSTOM_POOL_A', '0000:87:00.0': 'CUSTOM_B',
+             'H100XM-10C': 'B', '2330': 'C'},
+            discovery.resource_class_map(entries))
+        inv = discovery.Discovery(self.sysfs, None, CATALOG,
+                                  resource_classes=entries).discover()
+        (pool,) = inv.gpus[0].providers('h', inv.resource_classes)
+        self.assertEqual('CUSTOM_POOL_A', pool['resource_class'])
+        for bad, problem in ((['CUSTOM_X'], 'is not KEY:CLASS'),
+                             (['2330:'], 'is not KEY:CLASS'),
+                             (['2330:A', '2330:B'], 'listed twice')):
+            e = self.assertRaises(ValueError,
+                                  discovery.resource_class_map, bad)
+            self.assertIn(problem, str(e))
 
     def test_parse_creatable_skips_header(self):
         self.assertEqual({557: 'NVIDIA H100-80C'}, sysfs.parse_creatable(

@@ -64,8 +64,9 @@ class QemuHookTest(testtools.TestCase):
         self.fs.set_vgpu_type(self.vfs[0], 1062)
         rc, err = self.run_hook(domain_xml(self.vfs[:2]))
         self.assertEqual(1, rc)
-        self.assertIn('VF %s has vGPU type 1062, not H100XM-10C (1061)'
-                      % self.vfs[0], err)
+        self.assertIn('VF %s has vGPU type H100XM-20C (1062), not '
+                      'H100XM-10C: another type is never set' % self.vfs[0],
+                      err)
         self.assertEqual([1062, 0, 0], [self.current(v) for v in self.vfs])
 
     def test_a_type_not_creatable_now_fails_the_start(self):
@@ -109,6 +110,79 @@ class QemuHookTest(testtools.TestCase):
         rc, err = self.run_hook(domain_xml(['zzzz:00:00.0']))
         self.assertEqual(1, rc)
         self.assertIn('is not a PCI address', err)
+
+    def test_release_clears_the_domain_vfs(self):
+        xml = domain_xml(self.vfs[:2])
+        self.assertEqual(0, self.run_hook(xml)[0])
+        self.fs.set_vgpu_type(self.vfs[2], 1061)  # another guest's VF
+        rc, err = self.run_hook(xml, 'release', 'end')
+        self.assertEqual(0, rc, err)
+        self.assertEqual([0, 0, 1061], [self.current(v) for v in self.vfs])
+        self.assertIn('VF %s vGPU type cleared' % self.vfs[1], err)
+        # Equal-size mode: while the other guest holds H100XM-10C, the GPU
+        # takes no other time-sliced type.
+        xml = domain_xml(self.vfs[:1], 'H100XM-20C')
+        rc, err = self.run_hook(xml)
+        self.assertEqual(1, rc)
+        self.assertIn('cannot take vGPU type H100XM-20C now (creatable: '
+                      'H100XM-10C)', err)
+        # Once that guest is gone too, the idle GPU takes another type.
+        self.run_hook(domain_xml(self.vfs[2:]), 'release', 'end')
+        rc, err = self.run_hook(xml)
+        self.assertEqual(0, rc, err)
+        self.assertEqual([1062, 0, 0], [self.current(v) for v in self.vfs])
+
+    def memory_xml(self, addresses, memory):
+        return domain_xml(addresses, profile=None, extra=(
+            '<nova:extraSpec name="gpu:memory">%s</nova:extraSpec>'
+            % memory))
+
+    def test_memory_flavor_gets_the_smallest_type_settable_now(self):
+        # gpu:memory: the scheduler's order of the types meeting the need
+        # (MIG-backed ones first, which these VFs cannot take now).
+        rc, err = self.run_hook(self.memory_xml(self.vfs[:1], '10GB'))
+        self.assertEqual(0, rc, err)
+        self.assertEqual(1061, self.current(self.vfs[0]))
+        self.run_hook(self.memory_xml(self.vfs[:1], '10GB'), 'release',
+                      'end')
+        rc, err = self.run_hook(self.memory_xml(self.vfs[:1], '12GB'))
+        self.assertEqual(0, rc, err)
+        self.assertEqual(1062, self.current(self.vfs[0]))
+        # The GPU holds H100XM-20C now: a 10GB guest gets that type too
+        # (equal-size mode), as the agent reported the GPU to the
+        # scheduler.
+        rc, err = self.run_hook(self.memory_xml(self.vfs[1:2], '10GB'))
+        self.assertEqual(0, rc, err)
+        self.assertEqual([1062, 1062, 0],
+                         [self.current(v) for v in self.vfs])
+        # A reboot of the first guest keeps its type.
+        rc, err = self.run_hook(self.memory_xml(self.vfs[:1], '12GB'))
+        self.assertEqual((0, ''), (rc, err))
+
+    def test_memory_flavor_no_type_meets_the_need(self):
+        rc, err = self.run_hook(self.memory_xml(self.vfs[:1], '90GB'))
+        self.assertEqual(1, rc)
+        self.assertIn('VF %s: ' % self.vfs[0], err)
+        self.assertIn('gpu:memory', err)
+        self.assertEqual(0, self.current(self.vfs[0]))
+        rc, err = self.run_hook(self.memory_xml(self.vfs[:1], 'lots'))
+        self.assertEqual(1, rc)
+        self.assertIn('gpu:memory', err)
+
+    def test_release_leaves_domains_without_a_gpu_type(self):
+        self.fs.set_vgpu_type(self.vfs[0], 1061)
+        rc, err = self.run_hook(domain_xml(self.vfs[:1], profile=None),
+                                'release', 'end')
+        self.assertEqual((0, ''), (rc, err))
+        self.assertEqual(1061, self.current(self.vfs[0]))
+
+    def test_other_phases_do_nothing(self):
+        self.fs.set_vgpu_type(self.vfs[0], 1061)
+        for op, subop in (('stopped', 'end'), ('start', 'begin'),
+                          ('release', 'begin'), ('prepare', 'end')):
+            rc, err = self.run_hook(domain_xml(self.vfs[:2]), op, subop)
+            self.assertEqual((0, ''), (rc, err))
+        self.assertEqual([1061, 0, 0], [self.current(v) for v in self.vfs])
 
 
 class CompareAndSetTest(testtools.TestCase):

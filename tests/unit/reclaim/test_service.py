@@ -5,7 +5,7 @@ from oslo_config import fixture as config_fixture
 import testtools
 
 from nova_gpu import conf  # noqa: F401  (registers [gpu_reclaimer])
-from nova_gpu.core import exceptions
+from nova_gpu.core import flavor as core_flavor
 from nova_gpu.core import report as report_mod
 from nova_gpu.reclaim import events
 from nova_gpu.reclaim import executor
@@ -49,7 +49,7 @@ class ServiceTestBase(testtools.TestCase):
         if opts:
             self.conf.config(group='gpu_reclaimer', **opts)
         svc = service_mod.ReclaimService(
-            CONF, self.compute, flavor, catalog=fakes.CATALOG,
+            CONF, self.compute, catalog=fakes.CATALOG,
             notifier=notification.Notifier(self.sent), clock=self.clock)
         svc.executor.poll_s = 0
         svc.store.ingest(fakes.report('h0', used=(0, 1)))
@@ -215,7 +215,7 @@ class InventoryTest(testtools.TestCase):
              fakes.server('c', 'h0', 1, fakes.SPOT, status='SHELVED'),
              fakes.server('d', 'h9', 0, fakes.SPOT),
              inventory.ServerInfo('e')],
-            fakes.CATALOG, grammar.is_spot(flavor))
+            fakes.CATALOG, grammar.is_spot)
         self.assertEqual({'a': False, 'b': True},
                          {s.id: s.spot for s in inv.servers})
         self.assertEqual((1,), inv.servers[1].placement.gpus)
@@ -283,15 +283,55 @@ class ListenerTest(testtools.TestCase):
 
 class GrammarTest(testtools.TestCase):
 
-    def test_entry_point_is_the_scheduler_grammar(self):
-        self.assertIs(flavor, grammar.load())
-        self.assertRaises(exceptions.InvalidRequest, grammar.load, 'nope')
+    def setUp(self):
+        super().setUp()
+        self.conf = self.useFixture(config_fixture.Config(CONF))
+        self.names = core_flavor.PathNames.from_options(CONF.gpu_scheduler)
+
+    def requests_of(self, specs, **kw):
+        return grammar.requests_of(specs, fakes.CATALOG, self.names, **kw)
 
     def test_requests_of(self):
-        (req,) = grammar.requests_of(flavor, fakes.ON_DEMAND)
+        (req,) = self.requests_of(fakes.ON_DEMAND)
         self.assertEqual('T4-16C', req.profile)
-        self.assertEqual((), grammar.requests_of(flavor, {'gpu:count': 'x'}))
-        self.assertEqual((), grammar.requests_of(flavor, {}))
+        self.assertEqual((), self.requests_of({'gpu:count': 'x'}))
+        self.assertEqual((), self.requests_of({}))
+
+    def test_read_as_the_scheduler_reads_them(self):
+        # The core grammar, with the same [gpu_scheduler] names: the
+        # scheduler's alternatives, in its order.
+        self.conf.config(group='gpu_scheduler', vgpu_backend='vfio',
+                         whole_gpu_alias='gpu-pt')
+        self.names = core_flavor.PathNames.from_options(CONF.gpu_scheduler)
+        for specs in (fakes.ON_DEMAND,
+                      {'gpu:memory': '10GB', 'gpu:compute': '25%'},
+                      {'gpu:kind': 'whole', 'gpu:count': '2'},
+                      {'pci_passthrough:alias': 'gpu-pt:2'},
+                      {'gpu:profile': 'A100-10C', 'hw:cpu_policy':
+                       'dedicated'}):
+            expected = flavor.parse(specs, fakes.CATALOG, 4, 8192)
+            self.assertEqual(expected.alternatives,
+                             self.requests_of(specs, vcpus=4,
+                                              memory_mb=8192), specs)
+        (whole,) = self.requests_of({'pci_passthrough:alias': 'gpu-pt:2'})
+        self.assertEqual(('whole', 2), (whole.kind, whole.count))
+
+    def test_spot(self):
+        self.assertTrue(grammar.is_spot(fakes.SPOT))
+        self.assertFalse(grammar.is_spot(fakes.ON_DEMAND))
+        self.assertFalse(grammar.is_spot(None))
+        # A value that only looks true is on-demand: never evicted.
+        self.assertFalse(grammar.is_spot({'gpu:preemptible': 'True'}))
+
+    def test_service_reads_with_its_names(self):
+        self.conf.config(group='gpu_scheduler', whole_gpu_alias='gpu-pt')
+        svc = service_mod.ReclaimService(
+            CONF, fakes.FakeCompute([]), catalog=fakes.CATALOG,
+            notifier=notification.Notifier(fakes.Sent()))
+        (req,) = svc.requests_of({'pci_passthrough:alias': 'gpu-pt:1'})
+        self.assertEqual('whole', req.kind)
+        self.assertEqual((), svc.requests_of(
+            {'pci_passthrough:alias': 'nvidia-gpu:1'}))
 
 
 class LifecycleTest(ServiceTestBase):
@@ -304,7 +344,7 @@ class LifecycleTest(ServiceTestBase):
                                                          url='fake:/')
         self.addCleanup(transport.cleanup)
         before = set(threading.enumerate())
-        svc = service_mod.ReclaimService(CONF, self.compute, flavor,
+        svc = service_mod.ReclaimService(CONF, self.compute,
                                          transport=transport,
                                          catalog=fakes.CATALOG)
         svc.start()
