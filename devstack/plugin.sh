@@ -4,7 +4,8 @@
 # devstack plugin of nova-gpu: installs the package into the Python
 # environment Nova runs from, adds the GPU filter and weighers to
 # nova-scheduler, runs nova-gpu-agent beside nova-compute and creates
-# example GPU flavors.
+# example GPU flavors; optionally installs the libvirt qemu hook and runs
+# nova-gpu-reclaimer and nova-gpu-defrag.
 #
 # devstack sources this file as "plugin.sh <mode> <phase>" after
 # devstack/settings; its functions (iniset, run_process, ...) are defined.
@@ -138,6 +139,9 @@ function configure_nova_gpu_compute {
         "$provider_dir/nova-gpu.yaml"
     iniset "$NOVA_GPU_AGENT_CONF" gpu_agent outbox_dir \
         "$NOVA_GPU_STATE_DIR/outbox"
+    # The journal and what the restore at boot makes again (VFs, VF types,
+    # MIG mode, carved layouts) live here.
+    iniset "$NOVA_GPU_AGENT_CONF" gpu_agent state_dir "$NOVA_GPU_STATE_DIR"
     iniset "$NOVA_GPU_AGENT_CONF" gpu_agent libvirt_uri \
         "${LIBVIRT_URI:-qemu:///system}"
     # Root helpers (MIG, VFIO vGPU) run through oslo.privsep; the helper
@@ -150,6 +154,62 @@ function configure_nova_gpu_compute {
     if [[ -n "$topic" ]]; then
         iniset "$NOVA_GPU_AGENT_CONF" gpu_agent report_topic "$topic"
     fi
+}
+
+# install_nova_gpu_qemu_hook: nova-gpu-qemu-hook as libvirt's qemu hook.
+# libvirt runs every executable in hooks/qemu.d/ and looks for hooks only
+# when it starts, hence the restart (before nova-compute runs guests).
+function install_nova_gpu_qemu_hook {
+    local hooks=$NOVA_GPU_LIBVIRT_HOOKS_DIR
+    sudo mkdir -p "$hooks/qemu.d"
+    sudo ln -sfn "$(get_python_exec_prefix)/nova-gpu-qemu-hook" \
+        "$hooks/qemu.d/nova-gpu"
+    # The hook reads [gpu_agent] from nova-gpu.conf (libvirt passes no
+    # options): the same state directory as the agent, where it records
+    # the VF types it sets for the restore at boot.
+    sudo install -d -o "$STACK_USER" "$NOVA_GPU_CONF_DIR"
+    iniset "$NOVA_GPU_CONF_DIR/nova-gpu.conf" gpu_agent state_dir \
+        "$NOVA_GPU_STATE_DIR"
+    # VFs are typed only while a guest holds them: the agent counts every
+    # typed VF as a vGPU in use.
+    iniset "$NOVA_GPU_AGENT_CONF" gpu_agent vf_types_on_demand True
+    sudo systemctl restart "${LIBVIRT_DAEMON:-libvirtd}"
+}
+
+function remove_nova_gpu_qemu_hook {
+    sudo rm -f "$NOVA_GPU_LIBVIRT_HOOKS_DIR/qemu.d/nova-gpu"
+}
+
+# configure_nova_gpu_services: the cloud-wide services' options, in the
+# agent's file (the services read nova.conf and it).
+function configure_nova_gpu_services {
+    is_service_enabled nova-gpu-reclaimer nova-gpu-defrag || return 0
+    sudo install -d -o "$STACK_USER" "$NOVA_GPU_CONF_DIR"
+    if is_service_enabled nova-gpu-reclaimer; then
+        iniset "$NOVA_GPU_AGENT_CONF" gpu_reclaimer cloud "$NOVA_GPU_CLOUD"
+    fi
+    if is_service_enabled nova-gpu-defrag; then
+        iniset "$NOVA_GPU_AGENT_CONF" gpu_defrag cloud "$NOVA_GPU_CLOUD"
+        iniset "$NOVA_GPU_AGENT_CONF" gpu_defrag interval \
+            "$NOVA_GPU_DEFRAG_INTERVAL"
+    fi
+}
+
+function start_nova_gpu_services {
+    local service
+    for service in nova-gpu-reclaimer nova-gpu-defrag; do
+        is_service_enabled "$service" || continue
+        run_process "$service" "$(get_python_exec_prefix)/$service \
+--config-file $NOVA_CONF --config-file $NOVA_GPU_AGENT_CONF"
+    done
+}
+
+function stop_nova_gpu_services {
+    local service
+    for service in nova-gpu-reclaimer nova-gpu-defrag; do
+        is_service_enabled "$service" && stop_process "$service"
+    done
+    return 0
 }
 
 function start_nova_gpu_agent {
@@ -209,12 +269,17 @@ elif [[ "$1" == "stack" && "$2" == "post-config" ]]; then
     fi
     if is_service_enabled nova-gpu-agent; then
         configure_nova_gpu_compute
+        if [[ "$NOVA_GPU_QEMU_HOOK" == "True" ]]; then
+            install_nova_gpu_qemu_hook
+        fi
     fi
+    configure_nova_gpu_services
 elif [[ "$1" == "stack" && "$2" == "extra" ]]; then
     if is_service_enabled nova-gpu-agent; then
         echo_summary "Starting nova-gpu-agent"
         start_nova_gpu_agent
     fi
+    start_nova_gpu_services
     if is_service_enabled n-api; then
         create_nova_gpu_flavors
     fi
@@ -222,8 +287,12 @@ fi
 
 if [[ "$1" == "unstack" ]]; then
     stop_nova_gpu_agent
+    stop_nova_gpu_services
 fi
 
 if [[ "$1" == "clean" ]]; then
+    if [[ "$NOVA_GPU_QEMU_HOOK" == "True" ]]; then
+        remove_nova_gpu_qemu_hook
+    fi
     cleanup_nova_gpu
 fi

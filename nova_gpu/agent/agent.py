@@ -23,7 +23,9 @@ from nova_gpu.agent import planning
 from nova_gpu.agent import provider_config
 from nova_gpu.agent import reconcile
 from nova_gpu.agent import restore as restore_mod
+from nova_gpu.agent import sriov as sriov_mod
 from nova_gpu.agent import sysfs as sysfs_mod
+from nova_gpu.agent import vf_types as vf_types_mod
 from nova_gpu.core import catalog as catalog_mod
 
 LOG = logging.getLogger(__name__)
@@ -46,13 +48,21 @@ class Agent:
             self.libvirt = None
         self.catalog = catalog_mod.load_catalog(conf.gpu.catalog_files)
         self.journal = journal_mod.Journal.in_dir(opts.state_dir)
+        # What a reboot loses, recorded for the restore at boot: the VFs
+        # each PF had, and the vGPU type of each VF (the qemu hook
+        # records the ones it sets).
+        self.sriov = sriov_mod.SriovStore(opts.state_dir)
+        self.vf_types = vf_types_mod.VfTypes(opts.state_dir)
         self.manager = devices.DeviceManager(
             self.sysfs, self.libvirt, self.nvml, timeout=opts.device_timeout,
-            journal=self.journal)
+            journal=self.journal, vf_types=self.vf_types)
         # What the layout planner carved, made again after a reboot, and
         # kept by the reconciler though no guest uses it yet.
         layouts = carver_mod.LayoutStore(opts.state_dir)
-        self.carver = carver_mod.Carver(self.manager, layouts)
+        self.carver = carver_mod.Carver(
+            self.manager, layouts,
+            mig_modes=carver_mod.MigModeStore(opts.state_dir),
+            switch_mig_mode=opts.carve_switch_mig_mode)
         self.reconciler = reconcile.Reconciler(
             self.manager, remove_orphans=opts.remove_orphans,
             grace_period=opts.orphan_grace_period, layouts=layouts.load,
@@ -79,7 +89,8 @@ class Agent:
         return discovery.Discovery(
             self.sysfs, self.nvml, self.catalog, host=self.host,
             nodename=self.nodename, libvirt=self.libvirt,
-            resource_classes=self.conf.gpu_agent.pci_resource_classes
+            resource_classes=self.conf.gpu_agent.pci_resource_classes,
+            vf_types_on_demand=self.conf.gpu_agent.vf_types_on_demand,
         ).discover()
 
     def next_generation(self):
@@ -89,8 +100,20 @@ class Agent:
         return self._generation
 
     def restore_layouts(self):
-        """Make the carved GPU layouts again (at start, after a reboot)."""
-        return restore_mod.restore(self.carver, self.catalog)
+        """Make MIG modes, VFs, GPU layouts and VF types again (at start,
+        after a reboot; ``nova_gpu.agent.restore``).
+
+        What a killed operation (a killed restore too) left is rolled
+        back first, so that the reconcile after the restore does not undo
+        what the restore makes.
+        """
+        try:
+            self.reconciler.roll_back()
+        except errors.AgentError as e:
+            LOG.warning('rolling back cut-short operations before the '
+                        'restore failed (%s); the reconcile retries', e)
+        return restore_mod.restore(self.carver, self.catalog,
+                                   sriov=self.sriov, vf_types=self.vf_types)
 
     def reconcile(self):
         if self.libvirt is None:
@@ -112,6 +135,11 @@ class Agent:
             LOG.warning('reconcile failed (%s); reporting without it', e)
             result = None
         timings['reconcile_s'] = time.perf_counter() - start
+        try:
+            # the VFs each PF has now, for the restore after a reboot
+            self.sriov.observe(self.sysfs)
+        except OSError as e:
+            LOG.warning('cannot record the SR-IOV VFs: %s', e)
         start = time.perf_counter()
         inventory = self.discover()
         timings['discover_s'] = time.perf_counter() - start

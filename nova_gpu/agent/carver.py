@@ -18,20 +18,29 @@ This module makes it so, through the device manager (journalled steps):
 What was carved is kept in ``layouts.json`` in the agent's state
 directory (atomic replace, fsync'd), so that ``nova_gpu.agent.restore``
 can make it again after a reboot.
+
+MIG mode: with ``switch_mig_mode`` (``[gpu_agent] carve_switch_mig_mode``)
+an idle GPU is switched into MIG mode for a MIG layout, and out of it for
+a time-sliced or passthrough one (its idle GPU instances removed first),
+through the device manager's journalled ``set_mig_mode``; the mode set is
+kept in ``mig_mode.json`` for the restore at boot. Without it a GPU keeps
+its mode and a layout of the other mode is refused. A switch NVML could
+not activate (pending a GPU reset) raises ResetRequired: the layout is
+not recorded, the pending mode is.
 """
 
-import json
-import os
 import re
 
 from oslo_log import log as logging
 
 from nova_gpu.agent import errors
+from nova_gpu.agent import jsonstore
 from nova_gpu.core import exceptions
 from nova_gpu.core import layout as layout_mod
 
 LOG = logging.getLogger(__name__)
 STORE_NAME = 'layouts.json'
+MIG_MODE_STORE = 'mig_mode.json'
 STORE_VERSION = 1
 _VENDOR_PREFIX = re.compile(r'^(GRID|NVIDIA)\s+', re.I)
 
@@ -52,53 +61,60 @@ def layout_from_dict(data):
 
 
 class LayoutStore:
-    """The layout of each carved GPU, by PCI address, on disk."""
+    """The layout of each carved GPU, by PCI address, on disk
+    (``jsonstore``: atomic, locked against the restore and the agent).
+    """
 
     def __init__(self, state_dir):
-        self.path = os.path.join(state_dir, STORE_NAME)
+        self.store = jsonstore.JsonStore(state_dir, STORE_NAME, 'gpus',
+                                         version=STORE_VERSION)
+        self.path = self.store.path
 
     def load(self):
-        """``{address: Layout}``; a file that cannot be read is set aside."""
-        try:
-            with open(self.path, encoding='utf-8') as f:
-                doc = json.load(f)
-            if doc.get('version') != STORE_VERSION:
-                raise ValueError('unsupported version %r'
-                                 % doc.get('version'))
-            return {addr: layout_from_dict(d)
-                    for addr, d in doc['gpus'].items()}
-        except FileNotFoundError:
-            return {}
-        except (OSError, ValueError, KeyError, AttributeError,
-                exceptions.InvalidRequest) as e:
-            aside = self.path + '.bad'
-            LOG.warning('layout store %s cannot be read (%s): moved to %s',
-                        self.path, e, aside)
+        """``{address: Layout}``; a record that cannot be read is left out
+        with a warning (a restore then makes less, never something wrong).
+        """
+        layouts = {}
+        for addr, data in self.store.load().items():
             try:
-                os.replace(self.path, aside)
-            except OSError:
-                pass
-            return {}
+                layouts[addr] = layout_from_dict(data)
+            except exceptions.InvalidRequest as e:
+                LOG.warning('layout store %s: GPU %s left out: %s',
+                            self.path, addr, e)
+        return layouts
 
     def save(self, layouts):
-        os.makedirs(os.path.dirname(self.path), exist_ok=True)
-        tmp = self.path + '.tmp'
-        doc = {'version': STORE_VERSION,
-               'gpus': {addr: layout_to_dict(lay)
-                        for addr, lay in sorted(layouts.items())}}
-        with open(tmp, 'w', encoding='utf-8') as f:
-            json.dump(doc, f, indent=1, sort_keys=True)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.path)
+        with self.store.change() as data:
+            data.clear()
+            data.update({addr: layout_to_dict(lay)
+                         for addr, lay in sorted(layouts.items())})
 
     def set(self, address, layout):
-        layouts = self.load()
-        if layout is None:
-            layouts.pop(address, None)
-        else:
-            layouts[address] = layout
-        self.save(layouts)
+        with self.store.change() as data:
+            if layout is None:
+                data.pop(address, None)
+            else:
+                data[address] = layout_to_dict(layout)
+
+
+class MigModeStore:
+    """The MIG mode the agent set on each GPU (PCI address -> enabled).
+
+    Only GPUs whose mode the agent changed: the restore at boot sets
+    those again (MIG mode is kept across reboots on Ampere, not on every
+    later GPU); a mode the operator set is left to the operator.
+    """
+
+    def __init__(self, state_dir):
+        self.store = jsonstore.JsonStore(state_dir, MIG_MODE_STORE, 'gpus')
+
+    def load(self):
+        return {a: v for a, v in self.store.load().items()
+                if isinstance(v, bool)}
+
+    def set(self, address, enabled):
+        with self.store.change() as data:
+            data[address] = bool(enabled)
 
 
 def _catalog_profile(model, inst):
@@ -114,24 +130,52 @@ def _catalog_profile(model, inst):
 class Carver:
     """Applies layouts to GPUs through a ``devices.DeviceManager``."""
 
-    def __init__(self, manager, store):
+    def __init__(self, manager, store, mig_modes=None,
+                 switch_mig_mode=False):
         self.manager = manager
         self.store = store
+        self.mig_modes = mig_modes or MigModeStore(None)
+        self.switch_mig_mode = switch_mig_mode
 
-    def apply(self, index, model, layout):
-        """Make GPU ``index`` (a ``model``) hold ``layout``; record it."""
+    def apply(self, index, model, layout, restoring=False):
+        """Make GPU ``index`` (a ``model``) hold ``layout``; record it.
+
+        ``restoring``: the restore at boot, which may enable the MIG mode
+        a stored MIG layout was made in (and never disables it).
+        """
         layout_mod.check_layout(model, layout)
         nvml = self.manager.nvml
         if nvml is None or not nvml.available:
             raise errors.Unavailable('carving needs NVML')
         address = nvml.address(index)
         if layout.kind == layout_mod.MIG:
+            if not nvml.mig_enabled(index) and (self.switch_mig_mode
+                                                or restoring):
+                if not restoring:  # at boot no VF has a type yet
+                    self.clear_other_vf_types(address, layout)
+                self.set_mig_mode(index, address, True, at_boot=restoring)
             self.apply_mig(index, model, layout)
         else:
+            if self.switch_mig_mode and not restoring and \
+                    model.mig_capable and nvml.mig_enabled(index):
+                # idle GPU instances first (InUse when one is not)
+                self._reshape(index, model, set(), 'no MIG instance')
+                self.set_mig_mode(index, address, False)
             self.clear_other_vf_types(address, layout)
         self.store.set(address, layout)
         LOG.info('GPU %d (%s) carved: %s', index, address,
                  layout.describe())
+
+    def set_mig_mode(self, index, address, enabled, at_boot=False):
+        """Switch MIG mode through the device manager and record it (a
+        pending switch too: the GPU takes it at its next reset).
+        """
+        try:
+            self.manager.set_mig_mode(index, enabled, at_boot=at_boot)
+        except errors.ResetRequired:
+            self.mig_modes.set(address, enabled)
+            raise
+        self.mig_modes.set(address, enabled)
 
     def clear_other_vf_types(self, address, layout):
         """Clear the vGPU type of the GPU's idle VFs that ``layout`` does
@@ -183,8 +227,17 @@ class Carver:
         if not nvml.mig_enabled(index):
             raise errors.AgentError(
                 'GPU %d is not in MIG mode: enable it (nvidia-smi -i %d '
-                '-mig 1) before carving a MIG layout' % (index, index))
-        wanted = {(gi, start) for gi, start, _vgpu in layout.instances}
+                '-mig 1, or [gpu_agent] carve_switch_mig_mode) before '
+                'carving a MIG layout' % (index, index))
+        self._reshape(index, model,
+                      {(gi, start) for gi, start, _vgpu in layout.instances},
+                      layout.describe())
+
+    def _reshape(self, index, model, wanted, what):
+        """Destroy and create GPU instances until exactly ``wanted``
+        (``{(profile name, start)}``) is there; rolled back on failure.
+        """
+        nvml = self.manager.nvml
         have = self.mig_state(index, model)
         extra = {k: v for k, v in have.items() if k not in wanted}
         missing = sorted(wanted - set(have), key=lambda k: k[1])
@@ -206,7 +259,7 @@ class Carver:
                 created.append(gi_id)
         except errors.AgentError as e:
             LOG.error('GPU %d: carving %s failed (%s); rolling back',
-                      index, layout.describe(), e)
+                      index, what, e)
             self._roll_back(index, model, created, removed)
             raise
 

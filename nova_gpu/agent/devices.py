@@ -33,8 +33,10 @@ LOG = logging.getLogger(__name__)
 
 class DeviceManager:
     def __init__(self, sysfs, libvirt=None, nvml=None, timeout=10.0,
-                 check_mdevctl=True, journal=None):
+                 check_mdevctl=True, journal=None, vf_types=None):
         self.sysfs = sysfs
+        # vf_types.VfTypes: the VF types set, for the restore at boot
+        self.vf_types = vf_types
         self.libvirt = libvirt
         self.nvml = nvml
         self.timeout = timeout
@@ -250,8 +252,55 @@ class DeviceManager:
         if taken != int(type_id):
             raise errors.AgentError('VF %s did not take vGPU type %s'
                                     % (vf.address, type_id))
+        self._record_type(vf.address, int(type_id))
         LOG.info('gave VF %s vGPU type %s', vf.address, type_id)
         return vf.address
+
+    def _record_type(self, vf, type_id):
+        if self.vf_types is None:
+            return
+        try:
+            if type_id:
+                self.vf_types.record(vf, type_id)
+            else:
+                self.vf_types.forget(vf)
+        except (OSError, ValueError) as e:  # the type itself is set
+            LOG.warning('cannot record the vGPU type of VF %s: %s', vf, e)
+
+    def enable_vfs(self, pf, count):
+        """Enable ``count`` SR-IOV VFs on GPU PF ``pf`` (``sriov-manage
+        -e``; ``nova_gpu.agent.sriov``). True when enabled now.
+        """
+        xmlbuild.check_pci(pf)
+        counts = self.sysfs.sriov_counts(pf)
+        if counts is None:
+            raise errors.NotFound('%s is not an SR-IOV physical function '
+                                  '(no sriov_numvfs)' % pf)
+        done = privsep.enable_sriov_vfs(self.sysfs.root, pf, int(count))
+        if done:
+            LOG.info('enabled %d SR-IOV VFs on %s', count, pf)
+        return done
+
+    def retype_vf(self, vf_address, type_id):
+        """Give VF ``vf_address`` its recorded vGPU type again (restore at
+        boot): compare and set, journalled like a create.
+        """
+        xmlbuild.check_pci(vf_address)
+        intent = self.journal.begin('vf_create', vf=vf_address,
+                                    type_id=int(type_id))
+        try:
+            privsep.set_vgpu_type_if_free(self.sysfs.root, vf_address,
+                                          int(type_id))
+            taken = self.sysfs.pci_function(vf_address).current_vgpu_type
+        except Exception:
+            self.journal.release(intent)  # reconcile clears it
+            raise
+        self.journal.done(intent)
+        if taken != int(type_id):
+            raise errors.AgentError('VF %s did not take vGPU type %s (it '
+                                    'shows %s)' % (vf_address, type_id,
+                                                   taken))
+        LOG.info('VF %s has its vGPU type %s again', vf_address, type_id)
 
     def remove_vf_vgpu(self, vf_address, refs=None):
         """Clear the vGPU type of VF ``vf_address`` unless a domain uses
@@ -271,6 +320,7 @@ class DeviceManager:
         with self._released_on_error(intent):
             privsep.clear_vgpu_type(self.sysfs.root, vf_address)
         self.journal.done(intent)
+        self._record_type(vf_address, 0)
         LOG.info('cleared the vGPU type of VF %s', vf_address)
 
     def rollback_vf(self, vf_address, refs):
@@ -286,6 +336,7 @@ class DeviceManager:
         if not fn.current_vgpu_type:
             return 'absent'
         privsep.clear_vgpu_type(self.sysfs.root, vf_address)
+        self._record_type(vf_address, 0)
         return 'removed'
 
     # -- MIG --------------------------------------------------------------
@@ -356,6 +407,115 @@ class DeviceManager:
         if used is None or gi_id in used:
             return 'in use'
         nvml.destroy_mig(index, gi_id)
+        return 'removed'
+
+    def set_mig_mode(self, index, enabled, refs=None, at_boot=False):
+        """Switch idle GPU ``index`` into (``enabled``) or out of MIG mode.
+
+        Idle: no MIG GPU instance, no vGPU NVML lists, no mdev on the GPU
+        or its VFs, and neither the GPU nor a VF referenced by a libvirt
+        domain; otherwise InUse, and Unavailable when libvirt cannot say.
+        ``at_boot`` (the restore, before any guest runs): the mode the
+        agent had set is set again though defined domains reference the
+        GPU's VFs (those guests need it back); the NVML and mdev checks
+        still apply.
+        Journalled (``mig_mode``, with the mode before): reconcile sets a
+        cut-short switch back. Raises ResetRequired when the new mode is
+        pending a GPU reset (NVML could not reset the GPU itself). True
+        when the mode changed (or is now pending), False when it was
+        already there.
+        """
+        nvml = self._need_nvml()
+        address = nvml.address(index)
+        mode = nvml.mig_mode(index)
+        if mode is None:
+            raise errors.NotFound('GPU %d (%s) has no MIG mode'
+                                  % (index, address))
+        current, pending = mode
+        enabled = bool(enabled)
+        if current == enabled and pending == enabled:
+            return False
+        self._check_idle(index, address, {} if at_boot else refs)
+        intent = self.journal.begin('mig_mode', gpu=address,
+                                    enabled=enabled, previous=current)
+        try:
+            current, pending = nvml.set_mig_mode(index, enabled)
+        except errors.AgentError:
+            self.journal.done(intent)  # NVML refused: nothing changed
+            raise
+        except Exception:
+            self.journal.release(intent)  # reconcile sets it back
+            raise
+        self.journal.done(intent)
+        if current != enabled:
+            raise errors.ResetRequired(
+                'GPU %d (%s): MIG mode %s is pending: NVML could not reset '
+                'the GPU, so it takes effect only after a GPU reset '
+                '(nvidia-smi -i %d -r, with nothing using the GPU) or a '
+                'reboot' % (index, address,
+                            'enable' if enabled else 'disable', index))
+        LOG.info('GPU %d (%s): MIG mode %s', index, address,
+                 'enabled' if enabled else 'disabled')
+        return True
+
+    def _check_idle(self, index, address, refs=None):
+        """Raise InUse unless nothing is on GPU ``index`` (see
+        ``set_mig_mode``).
+        """
+        nvml = self.nvml
+        instances = nvml.mig_instances_of(index) if nvml.mig_enabled(
+            index) else []
+        if instances:
+            raise errors.InUse(
+                'GPU %d (%s) holds MIG GPU instance(s) %s: remove them '
+                'before its MIG mode changes' % (
+                    index, address,
+                    ', '.join(str(i.gi_id) for i in instances)))
+        used = nvml.mig_in_use(index)
+        if used is None or used:
+            raise errors.InUse('GPU %d (%s) %s' % (
+                index, address, 'may have vGPUs on it (NVML cannot list '
+                'them)' if used is None else 'has vGPUs on it'))
+        functions = {address}
+        if self.sysfs is not None:
+            try:
+                functions.update(self.sysfs.pci_function(address).vfs)
+            except errors.NotFound:
+                pass
+            mdevs = sorted(m.uuid for m in self.sysfs.mdevs().values()
+                           if m.parent in functions)
+            if mdevs:
+                raise errors.InUse('GPU %d (%s) has mdev(s) %s'
+                                   % (index, address, ', '.join(mdevs)))
+        if refs is None:
+            if self.libvirt is None:
+                raise errors.Unavailable(
+                    'GPU %d (%s): without libvirt nothing says whether a '
+                    'guest uses it; MIG mode not changed' % (index, address))
+            refs = self.libvirt.domain_refs()
+        used_by = sorted(f for f in functions if f in refs)
+        if used_by:
+            raise errors.InUse('GPU %d (%s): %s used by domain(s) %s' % (
+                index, address, ', '.join(used_by),
+                ', '.join(sorted({d for f in used_by for d in refs[f]}))))
+
+    def rollback_mig_mode(self, args, refs):
+        """Set back the MIG mode a cut-short switch may have changed,
+        unless the GPU is in use now.
+        """
+        nvml = self._need_nvml()
+        index = nvml.index_of(args.get('gpu'))
+        if index is None:
+            return 'absent'
+        previous = bool(args.get('previous'))
+        mode = nvml.mig_mode(index)
+        if mode is None or mode == (previous, previous):
+            return 'absent'
+        try:
+            self._check_idle(index, args.get('gpu'), refs)
+        except errors.InUse:
+            return 'in use'
+        nvml.set_mig_mode(index, previous)
         return 'removed'
 
     # -- whole-GPU passthrough --------------------------------------------

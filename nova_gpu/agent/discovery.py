@@ -258,6 +258,12 @@ def settable_types(model, typed, creatable):
     may hand out the typed VF itself, so an idle typed VF counts too: a
     guest is never sent where the ``qemu`` hook must refuse its VF. The
     agent reports this to the scheduler and the hook types by it.
+
+    NVIDIA's NVML reference, ``nvmlDeviceGetCreatableVgpus``: "if only one
+    vGPU type is allowed at a time on a device, then the creatable list
+    will be restricted to whatever vGPU type is already running on the
+    device" (https://docs.nvidia.com/deploy/nvml-api/group__nvmlVgpu.html);
+    heterogeneous mode (``nvmlDeviceSetVgpuHeterogeneousMode``) lifts that.
     """
     profiles = model.vgpu_profiles
     typed = {_VENDOR_PREFIX.sub('', n or '').strip() for n in typed}

@@ -25,3 +25,7 @@ class Unavailable(AgentError):
 
 class InvalidName(AgentError):
     """A name from config, a flavor or sysfs is not acceptable in XML."""
+
+
+class ResetRequired(AgentError):
+    """A GPU's MIG mode was changed but is pending until a GPU reset."""

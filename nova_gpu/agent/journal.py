@@ -38,7 +38,7 @@ VERSION = 1
 FILE_NAME = 'journal.json'
 # The intents a device manager records; reconcile knows how to undo each.
 OPS = ('mdev_create', 'mdev_remove', 'vf_create', 'vf_remove',
-       'mig_create', 'mig_remove')
+       'mig_create', 'mig_remove', 'mig_mode')
 
 
 def _proc_start(pid):

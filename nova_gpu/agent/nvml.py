@@ -37,6 +37,9 @@ class NvmlGpu:
     name: str
     memory_mib: int
     mig_enabled: bool = False
+    # The MIG mode after the next GPU reset, where it differs from the
+    # current one (a switch waiting for a reset); None otherwise.
+    mig_pending: bool = None
     mig_instances: list = dataclasses.field(default_factory=list)
     nvlink_remotes: tuple = ()    # PCI addresses at the far end of links
     supported_vgpu_types: dict = dataclasses.field(default_factory=dict)
@@ -146,6 +149,8 @@ class Nvml:
             mode = self._try(lib.nvmlDeviceGetMigMode, dev)
             gpu.mig_enabled = bool(mode and mode[0] ==
                                    lib.NVML_DEVICE_MIG_ENABLE)
+            if mode and mode[1] != mode[0]:
+                gpu.mig_pending = mode[1] == lib.NVML_DEVICE_MIG_ENABLE
             if gpu.mig_enabled:
                 gpu.mig_instances = self.mig_instances(dev)
             gpu.nvlink_remotes = self._nvlink_remotes(dev)
@@ -229,6 +234,56 @@ class Nvml:
     def mig_enabled(self, index):
         mode = self._try(self.lib.nvmlDeviceGetMigMode, self._handle(index))
         return bool(mode and mode[0] == self.lib.NVML_DEVICE_MIG_ENABLE)
+
+    def mig_mode(self, index):
+        """``(current, pending)`` MIG mode of GPU ``index``, True for
+        enabled; None when the GPU has no MIG mode (NVML: not supported).
+
+        The pending mode is the one the GPU takes at its next reset
+        (``nvmlDeviceGetMigMode``).
+        """
+        lib = self.lib
+        try:
+            current, pending = lib.nvmlDeviceGetMigMode(self._handle(index))
+        except lib.NVMLError:
+            return None
+        return (current == lib.NVML_DEVICE_MIG_ENABLE,
+                pending == lib.NVML_DEVICE_MIG_ENABLE)
+
+    def set_mig_mode(self, index, enabled):
+        """Switch GPU ``index`` into (or out of) MIG mode; the
+        ``(current, pending)`` mode after it.
+
+        ``nvmlDeviceSetMigMode`` "may unbind or reset the device to
+        activate the requested mode"; where the reset cannot be done it
+        reports NVML_ERROR_RESET_REQUIRED as the activation status and the
+        mode stays pending (current != pending) until the GPU is reset or
+        the host rebooted. The caller checks the mode returned. NVML's
+        refusal (the GPU is in use, no MIG support) raises AgentError
+        (InUse for NVML_ERROR_IN_USE) and changes nothing.
+        """
+        lib = self.lib
+        dev = self._handle(index)
+        mode = lib.NVML_DEVICE_MIG_ENABLE if enabled else \
+            lib.NVML_DEVICE_MIG_DISABLE
+        try:
+            status = lib.nvmlDeviceSetMigMode(dev, mode)
+        except lib.NVMLError_InUse as e:
+            raise errors.InUse('GPU %d: NVML refuses to change its MIG mode '
+                               'while it is in use (%s)' % (index, e)) from e
+        except lib.NVMLError as e:
+            raise errors.AgentError('GPU %d: cannot %s MIG mode: %s' % (
+                index, 'enable' if enabled else 'disable', e)) from e
+        if status not in (None, lib.NVML_SUCCESS):
+            LOG.warning('GPU %d: MIG mode %s, activation status %s%s',
+                        index, 'enabled' if enabled else 'disabled',
+                        status, ' (a GPU reset is required)'
+                        if status == lib.NVML_ERROR_RESET_REQUIRED else '')
+        now = self.mig_mode(index)
+        if now is None:
+            raise errors.AgentError('GPU %d: MIG mode cannot be read back '
+                                    'after setting it' % index)
+        return now
 
     def mig_instances_of(self, index):
         return self.mig_instances(self._handle(index))

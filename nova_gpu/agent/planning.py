@@ -19,6 +19,11 @@ typed VF a libvirt domain references, a MIG GPU instance with a vGPU on
 it, the GPU itself in a domain (passthrough). When the agent cannot tell
 (libvirt or NVML cannot say) it plans nothing. The carver checks a MIG
 GPU's instances once more just before it changes them.
+
+Which layouts a GPU may get: those of its MIG mode, or, with ``[gpu_agent]
+carve_switch_mig_mode``, every kind on an idle MIG-capable GPU (the
+carver switches the mode). A GPU whose MIG mode switch is pending a GPU
+reset gets nothing, and its decision says so.
 """
 
 import json
@@ -266,6 +271,7 @@ class PlanningLoop:
         self.clock = clock
         self.planner = layout_mod.Planner(hysteresis, min_hold, max_changes)
         self.last = None
+        self._no_kinds = {}  # GPU index -> why it takes no layout
 
     @classmethod
     def from_conf(cls, conf, agent, source):
@@ -318,8 +324,9 @@ class PlanningLoop:
                                       kinds=kinds)
         for d in decisions:
             if not kinds[d.gpu]:
-                result['decisions'][d.gpu] = 'not carved: NVML does not ' \
-                    'see this GPU'
+                result['decisions'][d.gpu] = 'not carved: %s' % (
+                    self._no_kinds.get(d.gpu) or 'NVML does not see this '
+                    'GPU')
                 continue
             result['decisions'][d.gpu] = d.reason
             if not d.changed or d.layout is None:
@@ -360,7 +367,9 @@ class PlanningLoop:
         """
         nvml = self.carver.manager.nvml
         stored = self.carver.store.load()
+        switch = getattr(self.carver, 'switch_mig_mode', False)
         gpus, layouts, kinds = [], {}, {}
+        self._no_kinds = {}
         for record, seen in zip(inventory.gpus, inventory.host.gpus):
             mig_mode = bool(record.nvml and record.nvml.mig_enabled
                             and record.model.mig_capable)
@@ -373,17 +382,31 @@ class PlanningLoop:
                 # Made in another mode (changed by hand): not ours now.
                 layout = None
             layouts[seen.index] = layout
-            # The carver reaches a GPU through NVML (and cannot switch MIG
-            # mode): a GPU only sysfs shows takes no layout.
+            gpu = self._in_use(record, seen, layout, attached, nvml,
+                               mig_mode)
+            # The carver reaches a GPU through NVML: a GPU only sysfs
+            # shows takes no layout. It switches MIG mode only where
+            # allowed, and only on an idle GPU.
+            pending = record.nvml.mig_pending if record.nvml else None
             if record.nvml is None:
                 kinds[seen.index] = set()
+            elif pending is not None:
+                kinds[seen.index] = set()
+                self._no_kinds[seen.index] = (
+                    'MIG mode %s is pending a GPU reset (nvidia-smi -i %d '
+                    '-r) or a reboot' % ('enable' if pending else
+                                         'disable', seen.index))
+                LOG.warning('GPU %d: %s', seen.index,
+                            self._no_kinds[seen.index])
+            elif switch and record.model.mig_capable and gpu.is_free:
+                kinds[seen.index] = {layout_mod.MIG, layout_mod.TIME_SLICED,
+                                     layout_mod.PASSTHROUGH}
             elif mig_mode:
                 kinds[seen.index] = {layout_mod.MIG}
             else:
                 kinds[seen.index] = {layout_mod.TIME_SLICED,
                                      layout_mod.PASSTHROUGH}
-            gpus.append(self._in_use(record, seen, layout, attached,
-                                     nvml, mig_mode))
+            gpus.append(gpu)
         host = host_mod.Host(inventory.host.name, gpus)
         return host, layouts, kinds
 

@@ -1,7 +1,8 @@
 """Root-only operations of the agent, through oslo.privsep.
 
 Each entry point does one thing a GPU agent needs (set a VF's vGPU type,
-clear it, bind a PCI function to vfio-pci), as os-brick's do: the sysfs
+clear it, enable a PF's SR-IOV VFs, bind a PCI function to vfio-pci), as
+os-brick's do: the sysfs
 paths are built here, in the privileged code, from arguments checked here
 (a PCI address, a bounded integer type id). Nothing the unprivileged side
 sends can name another file.
@@ -14,6 +15,7 @@ must stay within it once symlinks are resolved.
 
 import os
 import re
+import subprocess
 
 from oslo_privsep import capabilities
 from oslo_privsep import priv_context
@@ -30,6 +32,11 @@ sys_admin_pctxt = priv_context.PrivContext(
 # let through.
 PCI_ADDR_RE = re.compile(r'\A[0-9a-f]{4}:[0-9a-f]{2}:[0-1][0-9a-f]\.[0-7]\Z')
 MAX_VGPU_TYPE_ID = 2 ** 31 - 1
+# PCI SR-IOV capability: TotalVFs is a 16-bit field.
+MAX_VFS = 0xffff
+# NVIDIA's tool (vGPU manager package): "sriov-manage -e <ssss:bb:dd.f>".
+SRIOV_MANAGE = '/usr/lib/nvidia/sriov-manage'
+SRIOV_MANAGE_TIMEOUT = 120
 VFIO_DRIVER = 'vfio-pci'
 
 
@@ -154,3 +161,77 @@ def bind_vfio_pci(root, address):
     if os.path.lexists(os.path.join(base, 'driver')):
         _write(os.path.join(base, 'driver', 'unbind'), address)
     _write(os.path.join(root, 'bus', 'pci', 'drivers_probe'), address)
+
+
+def _read_int(path, what):
+    try:
+        with open(path) as f:
+            return int(f.read().strip())
+    except FileNotFoundError:
+        raise FileNotFoundError('%s: no %s (not an SR-IOV physical '
+                                'function)' % (path, what)) from None
+    except ValueError:
+        raise ValueError('%s is not a number' % path) from None
+
+
+@sys_admin_pctxt.entrypoint
+def enable_sriov_vfs(root, address, count):
+    """Enable ``count`` SR-IOV VFs on PF ``address``, as NVIDIA's
+    ``sriov-manage -e`` does after each boot.
+
+    The kernel's interface is ``<root>/bus/pci/devices/<address>/
+    sriov_numvfs`` (Documentation/PCI/pci-iov-howto.rst: write the number
+    of VFs, 0 disables them). Only from 0: a PF that has another non-zero
+    number is refused (PermissionError; the kernel would answer EBUSY and
+    changing it would take VFs from guests). True when enabled now, False
+    when the PF has ``count`` already.
+
+    ``sriov-manage -e`` writes the same file, but with the PF unbound from
+    the nvidia driver and bound to ``pci-pf-stub`` meanwhile, because the
+    driver takes no ``sriov_numvfs`` write itself. So when the write fails
+    on the real ``/sys`` and the tool is installed, it is run (it always
+    enables ``sriov_totalvfs`` VFs, hence only for that count).
+    """
+    base = _device_dir(root, address)
+    if isinstance(count, bool) or not isinstance(count, int) or \
+            not 0 < count <= MAX_VFS:
+        raise ValueError('VF count must be an integer from 1 to %d: %r'
+                         % (MAX_VFS, count))
+    numvfs = os.path.join(base, 'sriov_numvfs')
+    total = _read_int(os.path.join(base, 'sriov_totalvfs'),
+                      'sriov_totalvfs')
+    if count > total:
+        raise ValueError('%s supports %d VFs, not %d' % (address, total,
+                                                         count))
+    current = _read_int(numvfs, 'sriov_numvfs')
+    if current == count:
+        return False
+    if current:
+        raise PermissionError('%s has %d VFs enabled, not %d: disable them '
+                              'first (sriov-manage -d)' % (address, current,
+                                                           count))
+    try:
+        _write(numvfs, '%d\n' % count)
+    except OSError as e:
+        if root != '/sys' or count != total or \
+                not os.access(SRIOV_MANAGE, os.X_OK):
+            raise OSError(e.errno, 'writing %d to %s failed (%s); NVIDIA\'s '
+                          '%s is not there to do it' % (
+                              count, numvfs, e.strerror or e,
+                              SRIOV_MANAGE)) from None
+        try:
+            subprocess.run([SRIOV_MANAGE, '-e', address], check=True,
+                           timeout=SRIOV_MANAGE_TIMEOUT,
+                           stdin=subprocess.DEVNULL,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        except subprocess.CalledProcessError as e:
+            raise OSError('%s -e %s failed (exit %d): %s' % (
+                SRIOV_MANAGE, address, e.returncode,
+                (e.stderr or b'').decode(errors='replace').strip()
+            )) from None
+        except subprocess.TimeoutExpired:
+            raise OSError('%s -e %s did not finish in %d s' % (
+                SRIOV_MANAGE, address, SRIOV_MANAGE_TIMEOUT)) from None
+    if _read_int(numvfs, 'sriov_numvfs') != count:
+        raise OSError('%s did not take %d VFs' % (address, count))
+    return True

@@ -56,6 +56,7 @@ from nova_gpu.agent import discovery
 from nova_gpu.agent import errors
 from nova_gpu.agent import privsep
 from nova_gpu.agent import sysfs as sysfs_mod
+from nova_gpu.agent import vf_types
 from nova_gpu.core import catalog as catalog_mod
 from nova_gpu.core import exceptions
 from nova_gpu.core import flavor as flavor_mod
@@ -267,19 +268,41 @@ def _parse(xml):
         raise HookError('domain XML cannot be read: %s' % e) from None
 
 
-def _sysfs_root():
-    """``[gpu_agent] sysfs_root`` from the agent's configuration file."""
+def _configured():
+    """``[gpu_agent] sysfs_root`` and ``state_dir`` from the agent's
+    configuration file.
+    """
     from oslo_config import cfg
 
     import nova_gpu.conf  # noqa: F401 - registers the options
     conf = cfg.CONF
     # libvirt's arguments are not ours: read no command line.
     conf([], project='nova-gpu', prog='nova-gpu-qemu-hook')
-    return conf.gpu_agent.sysfs_root
+    return conf.gpu_agent.sysfs_root, conf.gpu_agent.state_dir
 
 
-def main(argv=None, stdin=None, stderr=None, sysfs_root=None):
-    """The hook: exit status 0 (go on) or 1 (libvirt stops the start)."""
+def _keep_record(change, state_dir, domain, stderr, *args):
+    """Record (or forget) a VF's type for the restore at boot; a failure
+    is reported and never fails the guest's start or stop.
+    """
+    if not state_dir:
+        return
+    try:
+        change(state_dir, *args)
+    except (OSError, ValueError) as e:
+        stderr.write('nova-gpu-qemu-hook: domain %s: VF %s: the record '
+                     'for the restore at boot failed: %s\n'
+                     % (domain, args[0], e))
+
+
+def main(argv=None, stdin=None, stderr=None, sysfs_root=None,
+         state_dir=None):
+    """The hook: exit status 0 (go on) or 1 (libvirt stops the start).
+
+    Each VF typed is recorded in ``state_dir`` (``vf_types``), and
+    forgotten when cleared, so that ``nova-gpu-restore`` types it again
+    after a reboot while its domain is still defined.
+    """
     argv = sys.argv[1:] if argv is None else argv
     stderr = stderr or sys.stderr
     phase = tuple(argv[1:3])
@@ -291,11 +314,11 @@ def main(argv=None, stdin=None, stderr=None, sysfs_root=None):
         if len(xml) > MAX_XML:
             raise HookError('domain XML larger than %d bytes' % MAX_XML)
         if sysfs_root is None:
-            sysfs_root = _sysfs_root()
+            sysfs_root, state_dir = _configured()
             # libvirt runs hooks as root: no privsep daemon needed.
             privsep.use_in_process()
         if phase == RELEASE:
-            return _release(argv[0], xml, sysfs_root, stderr)
+            return _release(argv[0], xml, sysfs_root, state_dir, stderr)
         done = prepare(xml, sysfs_root)
     except HookError as e:
         stderr.write('nova-gpu-qemu-hook: domain %s: %s\n' % (argv[0], e))
@@ -307,14 +330,17 @@ def main(argv=None, stdin=None, stderr=None, sysfs_root=None):
     for address, type_id in done:
         stderr.write('nova-gpu-qemu-hook: domain %s: VF %s set to vGPU '
                      'type %d\n' % (argv[0], address, type_id))
+        _keep_record(vf_types.record, state_dir, argv[0], stderr, address,
+                     type_id)
     return 0
 
 
-def _release(domain, xml, sysfs_root, stderr):
+def _release(domain, xml, sysfs_root, state_dir, stderr):
     cleared, failed = release(xml, sysfs_root)
     for address in cleared:
         stderr.write('nova-gpu-qemu-hook: domain %s: VF %s vGPU type '
                      'cleared\n' % (domain, address))
+        _keep_record(vf_types.forget, state_dir, domain, stderr, address)
     for problem in failed:
         stderr.write('nova-gpu-qemu-hook: domain %s: clearing VF %s\n'
                      % (domain, problem))

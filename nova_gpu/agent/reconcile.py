@@ -6,7 +6,8 @@ At start and then periodically:
   (``nova_gpu.agent.journal``) whose process died before it finished is
   undone: a half-made mdev is stopped and undefined, a VF's vGPU type is
   cleared, a MIG GPU instance is destroyed with its compute instances
-  (through NVML); a cut-short removal is finished. Done whatever
+  (through NVML), a cut-short MIG mode switch is set back; a cut-short
+  removal is finished. Done whatever
   ``remove_orphans`` says: these devices were never handed to anyone;
 * adopt: an active mdev libvirt only knows as transient (made by hand or
   by an older agent) is defined persistently when a domain uses it;
@@ -111,6 +112,20 @@ class Reconciler:
                      result.started, result.removed)
         return result
 
+    def roll_back(self):
+        """Only the journal pass: undo what a killed operation left.
+
+        The restore at boot runs it first: an intent a killed restore left
+        (a MIG mode switch, a GPU instance) must be undone *before* the
+        restore makes the device again, not after (that would undo the
+        restore's own work).
+        """
+        result = Result()
+        lv = self.manager.libvirt
+        if lv is not None:
+            self._rollback(lv.domain_refs(), result)
+        return result
+
     # -- journal ----------------------------------------------------------
 
     def _rollback(self, refs, result):
@@ -142,6 +157,8 @@ class Reconciler:
             return m.rollback_mdev(args['uuid'], refs)
         if op in ('vf_create', 'vf_remove'):
             return m.rollback_vf(args['vf'], refs)
+        if op == 'mig_mode':
+            return m.rollback_mig_mode(args, refs)
         return m.rollback_mig(args)
 
     # -- mdevs ------------------------------------------------------------
@@ -294,5 +311,7 @@ def _device_name(op, args):
         return args['uuid']
     if op.startswith('vf_'):
         return args['vf']
+    if op == 'mig_mode':
+        return '%s/mig-mode' % args.get('gpu')
     return '%s/%s@%s' % (args.get('gpu'), args.get('gi_id'),
                          args.get('start'))

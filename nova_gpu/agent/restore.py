@@ -15,6 +15,8 @@ import sys
 from oslo_log import log as logging
 
 from nova_gpu.agent import errors
+from nova_gpu.agent import sriov as sriov_mod
+from nova_gpu.agent import vf_types as vf_types_mod
 from nova_gpu.core import exceptions
 
 LOG = logging.getLogger(__name__)
@@ -22,18 +24,82 @@ LOG = logging.getLogger(__name__)
 
 @dataclasses.dataclass
 class Result:
+    # GPU layouts (by GPU address)
     restored: list = dataclasses.field(default_factory=list)
     dropped: list = dataclasses.field(default_factory=list)
+    # every failure of any step, "<device>: <why>"
     failed: list = dataclasses.field(default_factory=list)
+    mig_modes: list = dataclasses.field(default_factory=list)
+    vfs_enabled: list = dataclasses.field(default_factory=list)
+    vfs_dropped: list = dataclasses.field(default_factory=list)
+    vf_types: list = dataclasses.field(default_factory=list)
+    vf_types_dropped: list = dataclasses.field(default_factory=list)
 
 
-def restore(carver, catalog):
-    """Re-apply every stored layout; a ``Result`` naming each GPU."""
+def restore(carver, catalog, sriov=None, vf_types=None):
+    """Restore MIG modes, VFs, layouts and VF types (see the module);
+    a ``Result`` naming each device.
+
+    ``sriov``: a ``sriov.SriovStore``; ``vf_types``: a
+    ``vf_types.VfTypes`` (None: that step is skipped).
+    """
     result = Result()
+    manager = carver.manager
+    nvml = manager.nvml
+    has_nvml = nvml is not None and nvml.available
+    if has_nvml:
+        _mig_modes(carver, result)
+    else:
+        LOG.warning('no NVML: MIG modes and GPU layouts not restored')
+    if sriov is not None and manager.sysfs is not None:
+        enabled, dropped, failed = sriov_mod.restore_vfs(manager, sriov)
+        result.vfs_enabled += enabled
+        result.vfs_dropped += dropped
+        result.failed += failed
+    if has_nvml:
+        _layouts(carver, catalog, result)
+    if vf_types is not None and manager.sysfs is not None:
+        _vf_types(manager, vf_types, result)
+    return result
+
+
+def _mig_modes(carver, result):
     nvml = carver.manager.nvml
-    if nvml is None or not nvml.available:
-        LOG.warning('no NVML: GPU layouts not restored')
-        return result
+    for address, enabled in sorted(carver.mig_modes.load().items()):
+        index = nvml.index_of(address)
+        if index is None:
+            LOG.warning('GPU %s is gone: its MIG mode is not set again',
+                        address)
+            continue
+        try:
+            if carver.manager.set_mig_mode(index, enabled, at_boot=True):
+                result.mig_modes.append(address)
+        except errors.AgentError as e:
+            LOG.error('GPU %s: MIG mode not %s again: %s', address,
+                      'enabled' if enabled else 'disabled', e)
+            result.failed.append('%s: %s' % (address, e))
+
+
+def _vf_types(manager, types, result):
+    if manager.libvirt is None:
+        LOG.warning('no libvirt: the VFs\' vGPU types are not set again '
+                    '(nothing says which domains still use them)')
+        return
+    try:
+        refs = manager.libvirt.domain_refs()
+    except errors.AgentError as e:
+        LOG.error('cannot list the domains (%s): the VFs\' vGPU types are '
+                  'not set again', e)
+        result.failed.append('vGPU types: %s' % e)
+        return
+    done, dropped, failed = vf_types_mod.restore_types(manager, types, refs)
+    result.vf_types += done
+    result.vf_types_dropped += dropped
+    result.failed += failed
+
+
+def _layouts(carver, catalog, result):
+    nvml = carver.manager.nvml
     stored = carver.store.load()
     for address, layout in sorted(stored.items()):
         index = nvml.index_of(address)
@@ -45,7 +111,7 @@ def restore(carver, catalog):
             continue
         try:
             model = _model(nvml, index, catalog)
-            carver.apply(index, model, layout)
+            carver.apply(index, model, layout, restoring=True)
         except exceptions.InvalidRequest as e:
             LOG.warning('GPU %s: layout %s no longer fits (%s): dropped',
                         address, layout.describe(), e)
@@ -57,7 +123,6 @@ def restore(carver, catalog):
             result.failed.append('%s: %s' % (address, e))
         else:
             result.restored.append(address)
-    return result
 
 
 def _model(nvml, index, catalog):
@@ -72,7 +137,8 @@ def _model(nvml, index, catalog):
 
 
 def main(argv=None):
-    """``nova-gpu-restore``: restore the layouts once, then reconcile.
+    """``nova-gpu-restore``: restore once (see the module), then
+    reconcile.
 
     Run by ``nova-gpu-restore.service`` (a oneshot ordered before
     nova-compute) so that nova-compute's first update sees the devices.
@@ -85,15 +151,19 @@ def main(argv=None):
                            'nova-gpu-restore')
     agent = agent_mod.Agent(conf)
     try:
-        result = restore(agent.carver, agent.catalog)
+        result = agent.restore_layouts()
         try:
             agent.reconcile()  # restarts persistent mdevs, rolls back
         except errors.AgentError as e:
             LOG.warning('reconcile after restore failed: %s', e)
     finally:
         agent.close()
-    LOG.info('restored %d GPU layout(s), dropped %d, failed %d',
-             len(result.restored), len(result.dropped), len(result.failed))
+    LOG.info('restored %d MIG mode(s), VFs of %d PF(s), %d GPU layout(s) '
+             '(dropped %d), %d VF vGPU type(s) (dropped %d); %d failed',
+             len(result.mig_modes), len(result.vfs_enabled),
+             len(result.restored), len(result.dropped),
+             len(result.vf_types), len(result.vf_types_dropped),
+             len(result.failed))
     return 1 if result.failed else 0
 
 

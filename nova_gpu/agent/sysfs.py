@@ -200,6 +200,30 @@ class Sysfs:
                 current.isdigit() else None
         return fn
 
+    def sriov_pfs(self):
+        """``{PF address: (sriov_numvfs, sriov_totalvfs)}`` of the NVIDIA
+        GPUs that are SR-IOV physical functions.
+        """
+        result = {}
+        for addr, fn in self.nvidia_gpus().items():
+            if fn.physfn:
+                continue
+            counts = self.sriov_counts(addr)
+            if counts is not None:
+                result[addr] = counts
+        return result
+
+    def sriov_counts(self, addr):
+        """``(sriov_numvfs, sriov_totalvfs)`` of PF ``addr``, or None when
+        it has no SR-IOV capability.
+        """
+        base = self.path('bus', 'pci', 'devices', addr)
+        num = _read(os.path.join(base, 'sriov_numvfs'))
+        total = _read(os.path.join(base, 'sriov_totalvfs'))
+        if not (num and total and num.isdigit() and total.isdigit()):
+            return None
+        return int(num), int(total)
+
     # -- mdev -------------------------------------------------------------
 
     def mdev_types(self, addr):

@@ -21,17 +21,29 @@ opts = [
                     '("<nodename>_pci_<address>" for mdev parents, '
                     '"<nodename>_<ADDRESS>" for PCI in Placement). '
                     'Defaults to host.'),
-    cfg.DictOpt('pci_resource_classes', default={},
+    cfg.ListOpt('pci_resource_classes', default=[],
                 help='Resource class of GPUs and VFs tracked by PCI in '
                      'Placement, as nova-compute\'s [pci] device_spec '
                      'resource_class tags set them. Key: a PF address '
                      '(0000:86:00.0), a catalog vGPU type (H100-20C) or a '
                      'PCI product id (2330); value: the resource class '
-                     '(normalised as Nova does, CUSTOM_ added). Without an '
-                     'entry: Nova\'s default CUSTOM_PCI_<vendor>_<product>.'),
+                     '(normalised as Nova does, CUSTOM_ added), e.g. '
+                     '"0000:86:00.0:CUSTOM_NVIDIA_VGPU,2330:NVIDIA_GPU" '
+                     '(the last colon of an entry separates key and '
+                     'value). Without an entry: Nova\'s default '
+                     'CUSTOM_PCI_<vendor>_<product>.'),
     cfg.StrOpt('libvirt_uri', default='qemu:///system',
                help='libvirt connection URI used for node devices and '
                     'domains.'),
+    cfg.BoolOpt('vf_types_on_demand', default=False,
+                help='nova-gpu-qemu-hook is installed in libvirt: a '
+                     'vendor-VFIO VF holds a vGPU type only while a guest '
+                     'holds the VF (typed when libvirt prepares the guest, '
+                     'cleared when it releases it). The agent then counts '
+                     'every typed VF as a vGPU in use, also when libvirt '
+                     'cannot tell which domain holds it. Leave it off '
+                     'where VF types are preset: a typed VF is then free '
+                     'until a domain references it.'),
     cfg.StrOpt('sysfs_root', default='/sys',
                help='Where sysfs is mounted. Only tests change this.'),
     cfg.BoolOpt('use_nvml', default=True,
@@ -166,6 +178,21 @@ opts = [
                help='Seconds an idle GPU keeps its layout before it may be '
                     're-carved (counted from the agent\'s start for '
                     'layouts made before it).'),
+    cfg.BoolOpt('carve_switch_mig_mode', default=False,
+                help='Let carve to demand switch an idle MIG-capable GPU '
+                     'into MIG mode for a MIG layout, and out of it for a '
+                     'time-sliced vGPU type or passthrough (its idle GPU '
+                     'instances removed first). Idle: no GPU instance or '
+                     'vGPU on it, no mdev, neither the GPU nor one of its '
+                     'VFs in a libvirt domain. NVML resets the GPU to '
+                     'activate the mode; where it cannot, the switch stays '
+                     'pending until a GPU reset or a reboot, the GPU is '
+                     'not carved meanwhile and the agent logs it. Off: a '
+                     'GPU keeps the MIG mode the operator set (nvidia-smi '
+                     '-mig) and gets only layouts of that mode. The mode '
+                     'the agent set is set again at boot by '
+                     'nova-gpu-restore (GPUs after Ampere do not keep it '
+                     'across a reboot).'),
     cfg.IntOpt('carve_max_changes', default=2, min=0,
                help='Most GPUs with a layout re-carved per plan (GPUs not '
                     'set up yet are always carved).'),

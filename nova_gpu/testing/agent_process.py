@@ -210,9 +210,9 @@ def nvml_bus_id(address):
 def write_fake_nvml(path, gpus):
     """Describe the GPUs the fake NVML shows, one dict each: ``address``
     (PCI), ``name`` (as NVML names the model), ``memory_mib``,
-    ``numa_node`` and ``nvlinks`` (PCI addresses at the far end of each
-    NVLink). No MIG: GPUs are in MIG mode only where NVML says so, and
-    this fake has no GPU instances to show.
+    ``numa_node``, ``nvlinks`` (PCI addresses at the far end of each
+    NVLink) and ``mig`` (in MIG mode; False when absent: GPUs are in MIG
+    mode only where NVML says so, with no GPU instance at start).
     """
     with open(path, 'w') as f:
         json.dump([dict(g) for g in gpus], f, indent=1)
@@ -227,7 +227,8 @@ def _install_fake_nvml(path):
     fake = fakenvml.FakePynvml([
         fakenvml.FakeGpu(nvml_bus_id(g['address']), g['name'],
                          g['memory_mib'], numa=g.get('numa_node', 0),
-                         links=[nvml_bus_id(a) for a in g.get('nvlinks', ())])
+                         links=[nvml_bus_id(a) for a in g.get('nvlinks', ())],
+                         mig=bool(g.get('mig', False)))
         for g in gpus])
     sys.modules['pynvml'] = fake
     return fake
@@ -598,6 +599,7 @@ class AgentReportsMixin:
         if classes:
             options['pci_resource_classes'] = ','.join(
                 '%s:%s' % kv for kv in sorted(classes.items()))
+        options.update(self.agent_options(hostname))
         path = write_config(
             os.path.join(workdir, 'nova-gpu.conf'), self.report_url,
             self.report_topic, workdir, self.agent_hosts[hostname].root,
@@ -606,6 +608,10 @@ class AgentReportsMixin:
                              fake_nvml=nvml)
         self.agents[hostname] = self.useFixture(agent)
         return agent
+
+    def agent_options(self, hostname):
+        """More ``[gpu_agent]`` options for the agent of ``hostname``."""
+        return {}
 
     def stop_gpu_agent(self, hostname):
         """Stop the agent of ``hostname``; return its exit status.

@@ -8,7 +8,8 @@ agent then reconciles and restores, as at a restart. Counted: GPU
 instances without a compute instance (half-made), instances in neither
 layout (leaked), a change to the instance a guest uses (touched), and
 intents left in the journal. The restore at boot is killed the same way
-on a GPU a reboot emptied.
+on a GPU a reboot emptied, and on a host a reboot left with neither the
+MIG mode the agent had set nor the PF's SR-IOV VFs.
 """
 
 import os
@@ -18,7 +19,9 @@ import fixtures
 import testtools
 
 from nova_gpu.agent import carver as carver_mod
+from nova_gpu.agent import privsep
 from nova_gpu.agent import restore
+from nova_gpu.agent import sriov
 from nova_gpu.bench import reliability_agent as rel
 from nova_gpu.core import catalog
 from nova_gpu.core import layout as L
@@ -150,6 +153,25 @@ class TestCarveKilledAtEveryStep(testtools.TestCase):
         rig.lib.gpus[0].vgpus.clear()
         rig.lib._flush()
 
+    @staticmethod
+    def left_after_restore(at, rig, carver, old):
+        """What a restore after the kill at step ``at`` left wrong: a
+        half-made GPU instance, a layout other than ``old``, an intent.
+        """
+        problems = []
+        rig.lib._sync()
+        for gi_id, gi in rig.lib.gpus[0].gis.items():
+            if gi['cis'] < 1:
+                problems.append('kill %d: half-made GPU instance %d'
+                                % (at, gi_id))
+        have = set(carver.mig_state(0, A100))
+        if have != old:
+            problems.append('kill %d: GPU holds %s after restore'
+                            % (at, sorted(have)))
+        if list(rig.journal.intents()):
+            problems.append('kill %d: intents left' % at)
+        return problems
+
     def test_restore_killed_at_every_step(self):
         problems = []
         old = {(g, s) for g, s, _v in OLD.instances}
@@ -162,17 +184,86 @@ class TestCarveKilledAtEveryStep(testtools.TestCase):
             rig, carver, reconciled, restored = self.restart()
             problems += ['kill %d: %s' % (at, e)
                          for e in reconciled.errors + restored.failed]
-            rig.lib._sync()
-            for gi_id, gi in rig.lib.gpus[0].gis.items():
-                if gi['cis'] < 1:
-                    problems.append('kill %d: half-made GPU instance %d'
-                                    % (at, gi_id))
-            have = set(carver.mig_state(0, A100))
-            if have != old:
-                problems.append('kill %d: GPU holds %s after restore'
-                                % (at, sorted(have)))
-            if list(rig.journal.intents()):
-                problems.append('kill %d: intents left' % at)
+            problems += self.left_after_restore(at, rig, carver, old)
+        self.assertEqual([], problems)
+
+    def full_reboot(self):
+        """A reboot of a GPU whose MIG mode is not kept (Hopper and
+        later): MIG mode off, no instance, no guest, no VF enabled.
+        """
+        self.reboot()
+        rig = self.rig()
+        rig.lib._sync()
+        rig.lib.gpus[0].mig = False
+        rig.lib._flush()
+        fs = self.host.fs
+        with open(fs.path(fs.dev_rel(rel.PF), 'sriov_numvfs'), 'w') as f:
+            f.write('0\n')
+
+    def numvfs(self):
+        fs = self.host.fs
+        with open(fs.path(fs.dev_rel(rel.PF), 'sriov_numvfs')) as f:
+            return int(f.read())
+
+    def full_restore(self, carver):
+        return restore.restore(
+            carver_mod.Carver(carver.manager, carver.store,
+                              mig_modes=carver_mod.MigModeStore(
+                                  self.args[2])),
+            CATALOG, sriov=sriov.SriovStore(self.args[2], boot_id='b2'))
+
+    def test_boot_restore_with_mig_mode_and_vfs_killed_at_every_step(self):
+        """Steps: the MIG mode switch, the VF enable, then the six NVML
+        changes of the layout's three instances.
+        """
+        carver_mod.MigModeStore(self.args[2]).set(self.address, True)
+        sriov.SriovStore(self.args[2], boot_id='b1').set(rel.PF, 4)
+        real_enable = privsep.enable_sriov_vfs
+        steps = 2 + 2 * len(OLD.instances)
+        old = {(g, s) for g, s, _v in OLD.instances}
+        problems = []
+        for at in range(steps + 1):
+            self.full_reboot()
+
+            def work(carver, at=at):
+                count = _killing(carver.manager.nvml.lib, at)
+                real_set = carver.manager.nvml.lib.nvmlDeviceSetMigMode
+
+                def set_mode(*args):
+                    if count[0] == at:
+                        os.kill(os.getpid(), signal.SIGKILL)
+                    count[0] += 1
+                    return real_set(*args)
+                carver.manager.nvml.lib.nvmlDeviceSetMigMode = set_mode
+
+                def enable(*args):
+                    if count[0] == at:
+                        os.kill(os.getpid(), signal.SIGKILL)
+                    count[0] += 1
+                    return real_enable(*args)
+                privsep.enable_sriov_vfs = enable
+                self.full_restore(carver)
+            status = self.carve_and_die(at, work)
+            if at < steps:
+                self.assertTrue(os.WIFSIGNALED(status), at)
+            else:
+                self.assertEqual(0, os.WEXITSTATUS(status))
+            # the restart, as nova-gpu-restore: roll back, restore,
+            # reconcile
+            rig = self.rig()
+            rolled = rig.reconciler().roll_back()
+            carver = carver_mod.Carver(
+                rig.manager, carver_mod.LayoutStore(self.args[2]))
+            restored = self.full_restore(carver)
+            reconciled = rig.reconciler().run()
+            problems += ['kill %d: %s' % (at, e) for e in
+                         rolled.errors + restored.failed + reconciled.errors]
+            problems += self.left_after_restore(at, rig, carver, old)
+            if rig.nvml.mig_mode(0) != (True, True):
+                problems.append('kill %d: MIG mode %s' % (
+                    at, rig.nvml.mig_mode(0)))
+            if self.numvfs() != 4:
+                problems.append('kill %d: %d VFs' % (at, self.numvfs()))
         self.assertEqual([], problems)
 
 
@@ -183,5 +274,7 @@ class TestStoreSurvivesTheAgent(testtools.TestCase):
         store = carver_mod.LayoutStore(d)
         store.set('0000:07:00.0', OLD)
         store.set('0000:07:00.0', NEW)
-        self.assertEqual(['layouts.json'], os.listdir(d))
+        # No temporary file left beside the record (and its lock).
+        self.assertEqual(['layouts.json', 'layouts.json.lock'],
+                         sorted(os.listdir(d)))
         self.assertEqual(NEW, store.load()['0000:07:00.0'])

@@ -53,6 +53,13 @@ class FakeGpu:
         self.vgpu_types = dict(vgpu_types or {})
         self.gis = {}  # gi id -> dict(profile, start, size, cis)
         self.next_gi = 1
+        # MIG mode after the next reset where a switch waits for one
+        # (None: as ``mig``); ``needs_reset``: NVML cannot reset this GPU
+        # itself (a switch stays pending); ``mig_capable`` False: NVML
+        # answers NotSupported.
+        self.pending = None
+        self.needs_reset = False
+        self.mig_capable = True
         self.vgpus = {}  # vGPU instance id -> GPU instance id it runs on
 
 
@@ -89,6 +96,8 @@ class FakePynvml(types.SimpleNamespace):
             dev.gis = {int(k): v for k, v in st['gis'].items()}
             dev.next_gi = st['next_gi']
             dev.vgpus = {int(k): v for k, v in st['vgpus'].items()}
+            if 'mig' in st:
+                dev.mig, dev.pending = st['mig'], st.get('pending')
 
     def _flush(self):
         if not self.state_file:
@@ -96,7 +105,8 @@ class FakePynvml(types.SimpleNamespace):
         tmp = self.state_file + '.tmp'
         with open(tmp, 'w') as f:
             json.dump([{'gis': d.gis, 'next_gi': d.next_gi,
-                        'vgpus': d.vgpus} for d in self.gpus], f)
+                        'vgpus': d.vgpus, 'mig': d.mig,
+                        'pending': d.pending} for d in self.gpus], f)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, self.state_file)
@@ -173,9 +183,42 @@ class FakePynvml(types.SimpleNamespace):
         return dev.numa
 
     def nvmlDeviceGetMigMode(self, dev):
-        mode = pynvml.NVML_DEVICE_MIG_ENABLE if dev.mig else \
-            pynvml.NVML_DEVICE_MIG_DISABLE
-        return [mode, mode]
+        if not dev.mig_capable:
+            raise pynvml.NVMLError_NotSupported()
+        self._sync()
+
+        def mode(on):
+            return pynvml.NVML_DEVICE_MIG_ENABLE if on else \
+                pynvml.NVML_DEVICE_MIG_DISABLE
+        pending = dev.mig if dev.pending is None else dev.pending
+        return [mode(dev.mig), mode(pending)]
+
+    def nvmlDeviceSetMigMode(self, dev, mode):
+        """As the driver: refused while GPU instances or vGPUs exist; the
+        GPU is reset to activate the mode unless ``needs_reset``.
+        """
+        if not dev.mig_capable:
+            raise pynvml.NVMLError_NotSupported()
+        self.calls.append(('set_mig_mode', mode))
+        self._sync()
+        if dev.gis or dev.vgpus:
+            raise pynvml.NVMLError_InUse()
+        on = mode == pynvml.NVML_DEVICE_MIG_ENABLE
+        if dev.needs_reset and on != dev.mig:
+            dev.pending = on
+            self._flush()
+            return pynvml.NVML_ERROR_RESET_REQUIRED
+        dev.mig, dev.pending = on, None
+        self._flush()
+        return pynvml.NVML_SUCCESS
+
+    def reset_gpu(self, dev):
+        """``nvidia-smi -r``: a pending MIG mode takes effect."""
+        self._sync()
+        if dev.pending is not None:
+            dev.mig, dev.pending = dev.pending, None
+        dev.gis.clear()
+        self._flush()
 
     def nvmlDeviceGetNvLinkState(self, dev, link):
         if link >= len(dev.links):

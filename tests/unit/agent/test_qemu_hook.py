@@ -1,6 +1,7 @@
 """The libvirt qemu hook types vendor-VFIO VFs just in time (fake sysfs)."""
 
 import io
+import os
 
 import fixtures
 import testtools
@@ -8,6 +9,7 @@ import testtools
 from nova_gpu.agent import privsep
 from nova_gpu.agent import qemu_hook
 from nova_gpu.agent import sysfs
+from nova_gpu.agent import vf_types
 from tests.unit.agent import fakesys
 
 PF = '0000:86:00.0'
@@ -45,12 +47,30 @@ class QemuHookTest(testtools.TestCase):
     def current(self, vf):
         return sysfs.Sysfs(self.root).pci_function(vf).current_vgpu_type
 
-    def run_hook(self, xml, op='prepare', subop='begin'):
+    def run_hook(self, xml, op='prepare', subop='begin', state_dir=None):
         err = io.StringIO()
         rc = qemu_hook.main(['instance-1', op, subop, '-'],
                             stdin=io.StringIO(xml), stderr=err,
-                            sysfs_root=self.root)
+                            sysfs_root=self.root, state_dir=state_dir)
         return rc, err.getvalue()
+
+    def test_types_recorded_for_the_restore_at_boot(self):
+        state = self.useFixture(fixtures.TempDir()).path
+        xml = domain_xml(self.vfs[:2])
+        self.assertEqual(0, self.run_hook(xml, state_dir=state)[0])
+        self.assertEqual({self.vfs[0]: 1061, self.vfs[1]: 1061},
+                         vf_types.VfTypes(state).load())
+        self.assertEqual(0, self.run_hook(xml, 'release', 'end',
+                                          state_dir=state)[0])
+        self.assertEqual({}, vf_types.VfTypes(state).load())
+        # A record that cannot be written never fails the start.
+        bad = os.path.join(state, 'not-a-dir')
+        open(bad, 'w').close()
+        rc, err = self.run_hook(xml, state_dir=bad)
+        self.assertEqual(0, rc, err)
+        self.assertIn('the record for the restore at boot failed', err)
+        self.assertEqual([1061, 1061, 0],
+                         [self.current(v) for v in self.vfs])
 
     def test_types_the_vfs_of_the_domain(self):
         rc, err = self.run_hook(domain_xml(self.vfs[:2]))
