@@ -50,8 +50,9 @@ def _jobs():
 
 
 def reproduction(by_policy, expected, seeds):
-    header = ['policy', 'port@100', 'published@100', 'diff',
-              'port@130', 'published@130', 'diff', 'within 0.5']
+    # Column names must differ (the table printer refuses duplicates).
+    header = ['policy', 'port@100', 'published@100', 'diff@100',
+              'port@130', 'published@130', 'diff@130', 'within 0.5']
     rows, ok = [], True
     for name in REPRODUCED:
         pub = report.published(expected, 'default', name, seeds=seeds)
@@ -66,8 +67,8 @@ def reproduction(by_policy, expected, seeds):
 
 
 def ours_against_fgd(by_workload, expected, seeds):
-    header = ['workload', 'FGD port@100', 'ours@100', 'diff',
-              'FGD port@130', 'ours@130', 'diff', 'FGD published@130',
+    header = ['workload', 'FGD port@100', 'ours@100', 'diff@100',
+              'FGD port@130', 'ours@130', 'diff@130', 'FGD published@130',
               'verdict']
     rows, ok = [], True
     for workload, by_policy in by_workload.items():

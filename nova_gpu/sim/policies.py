@@ -9,8 +9,10 @@ vCPU, each normalised over the hosts) and the first GPU the candidate
 offers. ``ours`` is nova-gpu's policy, scored by
 ``nova_gpu.core.scoring`` (the scheduler engine's rule).
 
-Every policy is work-conserving: it is only asked when at least one node
-can take the task, and it always returns one of those nodes.
+Every policy is work-conserving: ``place`` returns None only when no node
+can take the task, and otherwise one of those nodes (``choose`` is asked
+with the mask of them; the policies that keep a per-node memo,
+``BestPerNode``, know the feasible nodes without it).
 """
 
 import numpy as np
@@ -27,8 +29,10 @@ MAX_SPEC_GPU = 8000
 
 def exclusive_gpus(left_row, num):
     """The first ``num`` free GPUs in index order (AllocateExclusiveGpuId)."""
-    return tuple(int(g) for g in np.flatnonzero(left_row == host_mod.MILLI)
-                 [:num])
+    free = left_row == host_mod.MILLI
+    if num == 1 and free.any():  # the common case, without the tuple
+        return (int(free.argmax()),)
+    return tuple(int(g) for g in free.nonzero()[0][:num])
 
 
 class Policy:
@@ -39,7 +43,18 @@ class Policy:
         """Called once per run with the workload's typical tasks."""
 
     def choose(self, cluster, task, mask, rng):
+        """(node, gpus) among the nodes of ``mask`` (at least one)."""
         raise NotImplementedError
+
+    def place(self, cluster, task, access, rng):
+        """(node, gpus) for ``task``, or None when no node can take it.
+
+        ``access``: per model index, may the task use it (its gpu_spec).
+        """
+        mask = cluster.feasible(task[0], task[1], task[2], task[3], access)
+        if not mask.any():
+            return None
+        return self.choose(cluster, task, mask, rng)
 
 
 class RandomPolicy(Policy):
@@ -106,7 +121,7 @@ def candidates(cluster, entry, task, nodes):
     if num and milli < host_mod.MILLI:
         sub = cluster.left[nodes]
         fit = (sub >= milli) & state_mod.first_of_value(sub)
-        ni, gi = np.nonzero(fit)
+        ni, gi = fit.nonzero()
         node = nodes[ni]
         v = sub[ni, gi][:, None]
         w = v - milli
@@ -138,24 +153,44 @@ class BestPerNode:
     with that key (a unit test compares both on random states).
     """
 
-    def __init__(self, keys):
+    def __init__(self, keys, one=None):
         # keys(cluster, task, nodes) -> (node, gpu, key) per candidate,
         # grouped by node in ascending order, GPUs ascending within a node
-        # (``candidates``' order).
+        # (``candidates``' order). one(cluster, task, node) -> (key, gpu)
+        # of that node's best candidate, in Python numbers: numpy's
+        # overhead per call is most of the cost on the few nodes a task
+        # usually finds stale.
         self.keys = keys
+        self.one = one
         self.shapes = {}
 
-    def choose(self, cluster, task, mask):
-        """(node, gpu) of the best candidate on the nodes of ``mask``."""
-        entry = self.shapes.get(task)
+    def choose(self, cluster, task, mask=None, access=None):
+        """(node, gpu) of the best candidate on the nodes of ``mask``.
+
+        Without ``mask``, on the nodes that can take the task (with
+        ``access``, the model rule of ``Cluster.feasible``), or None when
+        none can: an infeasible node's key is infinite, so the feasibility
+        mask of every node need not be computed on every task.
+        """
+        num = task[2]
+        rule = access if mask is None and num else None
+        shape = (task, None if rule is None else rule.tobytes())
+        entry = self.shapes.get(shape)
         if entry is None:
             n = len(cluster.changed)
-            entry = self.shapes[task] = (np.full(n, np.inf),
-                                         np.full(n, -1, np.int64),
-                                         np.full(n, -1, np.int64))
+            entry = self.shapes[shape] = (np.full(n, np.inf),
+                                          np.full(n, -1, np.int64),
+                                          np.full(n, -1, np.int64))
         key, gpu, seen = entry
         stale = (seen != cluster.changed).nonzero()[0]
-        if len(stale):
+        if len(stale) and self.one is not None and len(stale) <= ONE_MAX:
+            seen[stale] = cluster.changed[stale]
+            for n in stale.tolist():
+                if cluster.fits(n, *task[:4], rule):
+                    key[n], gpu[n] = self.one(cluster, task, n)
+                else:
+                    key[n] = np.inf
+        elif len(stale):
             seen[stale] = cluster.changed[stale]
             key[stale] = np.inf
             cpu, mem, num, milli = task[:4]
@@ -163,26 +198,87 @@ class BestPerNode:
             ok = (cluster.cpu[stale] >= cpu) & (cluster.mem[stale] >= mem)
             if num:
                 ok &= cluster.enough_gpus(num, milli, stale)
+                if rule is not None:
+                    ok &= rule[cluster.model[stale]]
             nodes = stale[ok]
             if len(nodes) == 1:
                 # The common case: the one node the last task changed.
                 _node, g, k = self.keys(cluster, task, nodes)
-                best = int(np.argmin(k))
+                best = int(k.argmin())
                 key[nodes] = k[best]
                 gpu[nodes] = g[best]
+            elif 1 < len(nodes) < SAME_STATE_MIN:
+                node, k, g = self._best(cluster, task, nodes)
+                key[node] = k
+                gpu[node] = g
             elif len(nodes):
-                node, g, k = self.keys(cluster, task, nodes)
-                # Stable: within a node, the first GPU among equal keys.
-                order = np.lexsort((k, node))
-                ranked = node[order]
-                first = np.empty(len(order), bool)
-                first[0] = True
-                np.not_equal(ranked[1:], ranked[:-1], out=first[1:])
-                head = order[first]
-                key[node[head]] = k[head]
-                gpu[node[head]] = g[head]
-        chosen = int(np.argmin(np.where(mask, key, np.inf)))
+                # Many stale nodes (a shape's first tasks): nodes in the
+                # same state have the same best candidate, so score one
+                # node per state (about a tenth of them on the trace).
+                reps, which = same_state(cluster, nodes)
+                _node, k, g = self._best(cluster, task, reps)
+                key[nodes] = k[which]
+                gpu[nodes] = g[which]
+        if mask is not None:
+            key = np.where(mask, key, np.inf)
+        chosen = int(key.argmin())
+        if key[chosen] == np.inf:
+            return None
         return chosen, int(gpu[chosen])
+
+    def _best(self, cluster, task, nodes):
+        """(nodes, key, gpu) of each node's best candidate."""
+        node, g, k = self.keys(cluster, task, nodes)
+        if len(node) == len(nodes):
+            return node, k, g  # one candidate per node
+        # Stable: within a node, the first GPU among equal keys.
+        order = np.lexsort((k, node))
+        ranked = node[order]
+        first = np.empty(len(order), bool)
+        first[0] = True
+        np.not_equal(ranked[1:], ranked[:-1], out=first[1:])
+        head = order[first]
+        return node[head], k[head], g[head]
+
+
+# Stale nodes from which ``BestPerNode`` scores one node per state.
+SAME_STATE_MIN = 32
+# Stale nodes up to which ``BestPerNode`` scores node by node with ``one``.
+ONE_MAX = 8
+
+
+def same_state(cluster, nodes):
+    """(reps, which): one node per distinct state among ``nodes`` (the
+    first, ascending) and, per node, the index of its state's node in
+    ``reps``. A candidate's key depends only on its node's state: model,
+    GPUs, free CPU, memory and GPU capacity.
+    """
+    state = np.column_stack((cluster.model[nodes], cluster.ngpu[nodes],
+                             cluster.cpu[nodes], cluster.mem[nodes],
+                             cluster.left[nodes]))
+    # Group by one mixed integer per state (a fraction of the cost of
+    # comparing whole rows), then check the groups hold equal rows.
+    mixed = state @ _STATE_MIX[:state.shape[1]]
+    _, first, inverse = np.unique(mixed, return_index=True,
+                                  return_inverse=True)
+    inverse = inverse.ravel()
+    if not (state[first][inverse] == state).all():  # a collision
+        rows = state.view(np.dtype((np.void, state.itemsize
+                                    * state.shape[1]))).ravel()
+        _, first, inverse = np.unique(rows, return_index=True,
+                                      return_inverse=True)
+        inverse = inverse.ravel()
+    # Representatives in node order (``keys`` wants nodes ascending).
+    order = np.argsort(first)
+    position = np.empty(len(first), np.int64)
+    position[order] = np.arange(len(first))
+    return nodes[first[order]], position[inverse]
+
+
+# Odd 63-bit multipliers for ``same_state``'s mixing (int64 arithmetic
+# wraps; equal states always mix equal, unequal ones almost never do).
+_STATE_MIX = np.random.default_rng(20231).integers(
+    1, 2 ** 62, 4 + state_mod.MAX_GPUS) * 2 + 1
 
 
 class _BestPerNodePolicy(Policy):
@@ -191,7 +287,15 @@ class _BestPerNodePolicy(Policy):
     """
 
     def choose(self, cluster, task, mask, rng):
-        chosen, gpu = self.best.choose(cluster, task, mask)
+        best = self.best.choose(cluster, task, mask)
+        return self._gpus(cluster, task, *best)
+
+    def place(self, cluster, task, access, rng):
+        best = self.best.choose(cluster, task, access=access)
+        return None if best is None else self._gpus(cluster, task, *best)
+
+    @staticmethod
+    def _gpus(cluster, task, chosen, gpu):
         num, milli = task[2], task[3]
         if not num:
             return chosen, ()
@@ -271,7 +375,8 @@ class OursPolicy(_BestPerNodePolicy):
             [(t.spec, t.weight * t.num_gpu * t.milli)
              for t in typical_fgd if t.milli], capacity)
         self.reserve = np.array([reserve.of(m) for m in cluster.model_names])
-        self.best = BestPerNode(self._keys)
+        self.reserve_list = self.reserve.tolist()
+        self.best = BestPerNode(self._keys, self._one)
 
     def _keys(self, cluster, task, nodes):
         node, gpu, delta, total = candidates(cluster, self.entry, task,
@@ -286,6 +391,52 @@ class OursPolicy(_BestPerNodePolicy):
             self.reserve[cluster.model[node]],
             unit_free - milli if share else None)
         return node, gpu, cost
+
+    def _one(self, cluster, task, node):
+        """``_keys``' best candidate on one node (the first GPU among
+        equal keys), in Python numbers: ``candidates`` and ``frag_of``
+        term by term (``state.counters_one``, ``state.frag_one``).
+        """
+        cpu, mem, num, milli = task[:4]
+        demand, cnt, lost, frag = self.entry
+        model = int(cluster.model[node])
+        free_before = int(cluster.total[node])
+        cpu_before, mem_before = int(cluster.cpu[node]), int(cluster.mem[node])
+        cpu_after, mem_after = cpu_before - cpu, mem_before - mem
+        before = float(frag[node])
+        c, lo = cnt[node].tolist(), lost[node].tolist()
+        reserve = self.reserve_list[model]
+        if not num or milli >= host_mod.MILLI:
+            free_after = free_before - num * milli
+            if num:
+                c = [x - num for x in c]
+            after = state_mod.frag_one(demand, model, cpu_after, mem_after,
+                                       free_after, c, lo)
+            return scoring.placement_cost(
+                self.weights, self.strand, after - before, free_before,
+                free_after, cpu_before, cpu_after, mem_before, mem_after, 0,
+                reserve), -1
+        thresholds = demand.threshold_list
+        free_after = free_before - milli
+        best = best_gpu = None
+        seen = set()
+        for g, v in enumerate(cluster.left[node].tolist()):
+            if v < milli or v in seen:
+                continue
+            seen.add(v)  # the first GPU of each free value (first_of_value)
+            w = v - milli
+            c2 = [x - (v >= u) + (w >= u) for x, u in zip(c, thresholds)]
+            lo2 = [x - (v if v < u else 0) + (w if w < u else 0)
+                   for x, u in zip(lo, thresholds)]
+            after = state_mod.frag_one(demand, model, cpu_after, mem_after,
+                                       free_after, c2, lo2)
+            cost = scoring.placement_cost(
+                self.weights, self.strand, after - before, free_before,
+                free_after, cpu_before, cpu_after, mem_before, mem_after, v,
+                reserve, w)
+            if best is None or cost < best:
+                best, best_gpu = cost, g
+        return best, best_gpu
 
 
 POLICIES = {p.name: p for p in (RandomPolicy, BestFitPolicy, FgdPolicy,

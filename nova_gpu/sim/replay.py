@@ -87,8 +87,7 @@ def why_not(cluster, task, access):
     parts.append('%d nodes have %d CPU milli free' % (n_cpu, cpu))
     parts.append('%d have %d MiB free' % (n_mem, mem))
     if num:
-        gpu_ok = access[cluster.model] & (
-            (cluster.left >= milli).sum(1) >= num)
+        gpu_ok = access[cluster.model] & cluster.enough_gpus(num, milli)
         parts.append('%d have %d GPU(s) with %d milli free of an allowed '
                      'model' % (int(gpu_ok.sum()), num, milli))
     return 'no node fits: ' + ', '.join(parts)
@@ -119,12 +118,13 @@ def replay(nodes, tasks, policy, seed=0, typical_source=None):
     for i in range(n):
         task = (cpu_l[i], mem_l[i], num_l[i], milli_l[i])
         access = spec_access(cluster, tasks.spec[i], cache)
-        mask = cluster.feasible(task[0], task[1], task[2], task[3], access)
-        if not mask.any():
+        placed = policy.place(cluster, task, access, rng)
+        if placed is None:
             decisions.append((-1, (), why_not(cluster, task, access)))
         else:
-            node, gpus = policy.choose(cluster, task, mask, rng)
-            if not mask[node]:
+            node, gpus = placed
+            if not cluster.fits(node, task[0], task[1], task[2], task[3],
+                                access):
                 raise exceptions.AllocationError(
                     'policy %s chose infeasible node %s'
                     % (policy.name, nodes.names[node]))

@@ -12,6 +12,9 @@ simulator's named fast path of the core's rule, for share and whole-GPU
 tasks (the vGPU and MIG modes, ``nova_modes``, use the core itself).
 """
 
+import bisect
+import itertools
+
 import numpy as np
 
 from nova_gpu.core import exceptions
@@ -48,6 +51,16 @@ class DemandArrays:
         # What ``frag_of`` asks per node, the constant parts once.
         self.usable = self.access & self.gpu[None, :]
         self.sized = bool(self.mem.any())
+        # The same for ``frag_one``, as Python numbers: per model index,
+        # per typical task (in order) its weight, whether the model serves
+        # it, CPU, memory (None when not ``sized``), GPU count and
+        # threshold index.
+        self.threshold_list = thresholds
+        self.per_model = [
+            [(float(self.weight[m]), bool(row[m]), int(self.cpu[m]),
+              int(self.mem[m]) if self.sized else None, int(self.num[m]),
+              int(self.uidx[m])) for m in range(len(typical))]
+            for row in self.usable]
 
 
 class Cluster:
@@ -109,8 +122,10 @@ class Cluster:
     @staticmethod
     def _counters(left, thresholds):
         ok = left[:, :, None] >= thresholds[None, None, :]
-        cnt = ok.sum(1)
-        lost = (left[:, :, None] * ~ok).sum(1)
+        # ``np.add.reduce``: ``ndarray.sum`` without its Python wrapper
+        # (these run on every placement).
+        cnt = np.add.reduce(ok, 1)
+        lost = np.add.reduce(left[:, :, None] * ~ok, 1)
         return cnt, lost
 
     # -- state changes ----------------------------------------------------
@@ -133,20 +148,22 @@ class Cluster:
         self._refresh(node)
 
     def _refresh(self, node):
+        # One node: Python numbers (``counters_one``, ``frag_one``) cost a
+        # fifth of numpy's per-call overhead on rows of 8 and 12.
         self.changes += 1
         self.changed[node] = self.changes
-        row = self.left[node:node + 1]
-        self.ranked[node] = -np.sort(-row[0])
-        total = self.total[node:node + 1]
-        total[0] = row.sum()
+        row = self.left[node].tolist()
+        self.ranked[node] = sorted(row, reverse=True)
+        total = sum(row)
+        self.total[node] = total
+        model, cpu, mem = (int(self.model[node]), int(self.cpu[node]),
+                           int(self.mem[node]))
         for entry in self.demands.values():
             demand, cnt, lost, frag = entry
-            c, lo = self._counters(row, demand.thresholds)
-            cnt[node] = c[0]
-            lost[node] = lo[0]
-            frag[node] = frag_of(demand, self.model[node:node + 1],
-                                 self.cpu[node:node + 1],
-                                 self.mem[node:node + 1], total, c, lo)[0]
+            c, lo = counters_one(row, demand.threshold_list)
+            cnt[node] = c
+            lost[node] = lo
+            frag[node] = frag_one(demand, model, cpu, mem, total, c, lo)
 
     # -- queries ----------------------------------------------------------
 
@@ -157,6 +174,18 @@ class Cluster:
             ok &= access[self.model]
             ok &= self.enough_gpus(num, milli)
         return ok
+
+    def fits(self, node, cpu, mem, num, milli, access):
+        """Can ``node`` take the task now?
+
+        ``feasible`` for one node; ``access`` None: no model rule.
+        """
+        if cpu > self.cpu[node] or mem > self.mem[node]:
+            return False
+        return not num or bool(num <= MAX_GPUS
+                               and (access is None
+                                    or access[self.model[node]])
+                               and self.ranked[node, num - 1] >= milli)
 
     def enough_gpus(self, num, milli, nodes=slice(None)):
         """Per node (of ``nodes``): ``num`` GPUs have ``milli`` free."""
@@ -183,7 +212,68 @@ def frag_of(demand, model, cpu, mem, total, cnt, lost):
     # matrix product may round a row differently with the rows around it,
     # and a node's value must not depend on which nodes are scored with it
     # (``policies.BestPerNode`` keeps it while the node is unchanged).
-    return (f * demand.weight).sum(1)
+    return np.add.reduce(f * demand.weight, 1)
+
+
+def counters_one(row, thresholds):
+    """``Cluster._counters`` of one node's free GPU milli (Python lists):
+    per threshold, the GPUs that can take it and the milli on the others.
+    """
+    ascending = sorted(row)
+    below = list(itertools.accumulate(ascending, initial=0))
+    cnt, lost = [], []
+    for u in thresholds:
+        k = bisect.bisect_left(ascending, u)  # GPUs with less than u free
+        cnt.append(len(ascending) - k)
+        lost.append(below[k])
+    return cnt, lost
+
+
+def frag_one(demand, model, cpu, mem, total, cnt, lost):
+    """``frag_of`` of one node state, in Python numbers.
+
+    The same terms in the same order, summed as numpy sums a row
+    (``pairwise_sum``), so the value is ``frag_of``'s to the last bit: a
+    fragmentation change computed from both must be exactly 0 when the
+    state did not change (FGD's integer score turns -1e-13 into a point).
+    """
+    terms = []
+    for weight, usable, need_cpu, need_mem, num, u in demand.per_model[model]:
+        if (usable and cpu >= need_cpu and cnt[u] >= num
+                and (need_mem is None or mem >= need_mem)):
+            terms.append(lost[u] * weight)
+        else:
+            terms.append(total * weight)
+    return pairwise_sum(terms)
+
+
+def pairwise_sum(values):
+    """Sum of floats in numpy's order for a contiguous row (its
+    ``pairwise_sum``: eight running sums, combined pairwise, then the rest;
+    halves above 128 values). A unit test holds it to ``np.add.reduce``.
+    """
+    n = len(values)
+    if n < 8:
+        result = 0.0
+        for v in values:
+            result += v
+        return result
+    if n > _PAIRWISE_BLOCK:
+        half = n // 2
+        half -= half % 8
+        return pairwise_sum(values[:half]) + pairwise_sum(values[half:])
+    r = values[:8]
+    end = n - n % 8
+    for i in range(8, end, 8):
+        for j in range(8):
+            r[j] += values[i + j]
+    result = ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7]))
+    for i in range(end, n):
+        result += values[i]
+    return result
+
+
+_PAIRWISE_BLOCK = 128
 
 
 def first_of_value(left):

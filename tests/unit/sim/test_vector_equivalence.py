@@ -114,6 +114,39 @@ class FragmentationEquivalenceTest(testtools.TestCase):
                     fragmentation.host_fragmentation(host, core), frag[i],
                     places=6, msg='trial %d node %d' % (trial, i))
 
+    def test_one_node_twins_equal_the_vectorised_rule(self):
+        # ``counters_one`` and ``frag_one`` (Python numbers, one node, as
+        # ``Cluster._refresh`` and ``OursPolicy._one`` use them).
+        rng = random.Random(31)
+        for trial in range(20):
+            typical = random_typical(rng)
+            cluster, _hosts = random_cluster(rng)
+            demand = state.DemandArrays(typical, cluster.model_names,
+                                        memory=bool(trial % 2))
+            cnt, lost = cluster._counters(cluster.left, demand.thresholds)
+            frag = state.frag_of(demand, cluster.model, cluster.cpu,
+                                 cluster.mem, cluster.total, cnt, lost)
+            for i in range(len(frag)):
+                c, lo = state.counters_one(cluster.left[i].tolist(),
+                                           demand.threshold_list)
+                self.assertEqual(cnt[i].tolist(), c)
+                self.assertEqual(lost[i].tolist(), lo)
+                # To the last bit: BestPerNode mixes values of both.
+                self.assertEqual(
+                    frag[i], state.frag_one(
+                        demand, int(cluster.model[i]), int(cluster.cpu[i]),
+                        int(cluster.mem[i]), int(cluster.total[i]), c, lo),
+                    'trial %d node %d' % (trial, i))
+
+    def test_pairwise_sum_is_numpys_row_sum(self):
+        rng = random.Random(5)
+        for n in list(range(1, 41)) + [127, 128, 129, 300]:
+            values = [rng.random() * rng.choice((1, 1000, 1e6))
+                      for _ in range(n)]
+            rows = np.array([values, values])
+            self.assertEqual(np.add.reduce(rows, 1)[1],
+                             state.pairwise_sum(list(values)), n)
+
     def test_incremental_state_matches_recomputation(self):
         rng = random.Random(7)
         typical = random_typical(rng)
