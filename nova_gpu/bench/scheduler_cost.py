@@ -10,12 +10,17 @@ same request with PCI passthrough: ``PciPassthroughFilter`` +
 
 "cold" is the first request after every host changed (the view scores each
 host); "warm" is a request whose hosts are unchanged since the last one
-(memoised). Hosts already use 0 to 4 GPUs, in varied places, so that their
-states differ (rankings are shared by hosts in the same state). Each host
-carries up to 8 Placement allocation candidates for our side (4 of its free
-GPU providers each) and one (the compute node) for the in-tree side, whose
-PCI devices are not in Placement. The floor row is Nova's handlers with its
-cheapest filter and weigher, for scale.
+(memoised). As in nova-scheduler, every host has its own
+``NUMATopology`` object, deserialised from the compute node's JSON
+(``NUMATopology.obj_from_db_obj``), and every request gets fresh
+allocation candidates, parsed from Placement's JSON (no object survives
+from one request to the next). Hosts already use 0 to 4 GPUs, in varied
+places, so that their states differ (rankings are shared by hosts in the
+same state). Each host carries up to 8 Placement allocation candidates
+for our side (4 of its free GPU providers each, plus the compute node's
+CPUs, memory and disk) and one (the compute node) for the in-tree side,
+whose PCI devices are not in Placement. The floor row is Nova's handlers
+with its cheapest filter and weigher, for scale.
 
 Run: ``python -m nova_gpu.bench.scheduler_cost [--cpu] [--no-in-tree]
 [hosts ...]``.
@@ -39,6 +44,8 @@ MEM_PER_CELL = 262144
 MODEL = 'H100-80GB'
 VENDOR, PRODUCT = '10de', '2330'
 CANDIDATES_PER_HOST = 8
+# What the 8-vCPU dedicated-CPU flavor takes on the root provider.
+ROOT_RESOURCES = {'PCPU': 8, 'MEMORY_MB': 16384, 'DISK_GB': 1}
 # Wall time, as nova-scheduler's users wait it; ``--cpu`` measures this
 # process's CPU time instead (steadier on a loaded machine).
 CLOCK = time.perf_counter
@@ -63,7 +70,9 @@ def _numa_topology(objects):
 def _host_state(host_manager, objects, name, topology):
     state = host_manager.HostState(name, name, 'cell1')
     state.uuid = name + '-root'
-    state.numa_topology = topology
+    # Its own object, as HostState.update_from_compute_node makes it.
+    state.numa_topology = objects.NUMATopology.obj_from_db_obj(
+        topology._to_json())
     state.free_ram_mb = MEM_PER_CELL * 2
     state.total_usable_ram_mb = MEM_PER_CELL * 2
     state.limits = {}
@@ -127,10 +136,16 @@ def _ours(n, objects, host_manager, view_mod, report_mod):
             combos[(k * 17) % len(combos)]
             for k in range(CANDIDATES_PER_HOST)))
         state = _host_state(host_manager, objects, name, topology)
+        # As Placement answers: the compute node (root provider) carries
+        # the flavor's CPUs, memory and disk in every candidate, next to
+        # the GPU providers.
         state.allocation_candidates = [
-            {'allocations': {'%s-rp%d' % (name, g): {'resources': {rc: 1}}
-                             for g in pick},
-             'mappings': {'': ['%s-rp%d' % (name, g) for g in pick]}}
+            {'allocations': dict(
+                {state.uuid: {'resources': dict(ROOT_RESOURCES)}},
+                **{'%s-rp%d' % (name, g): {'resources': {rc: 1}}
+                   for g in pick}),
+             'mappings': {'': [state.uuid],
+                          '_GPU': ['%s-rp%d' % (name, g) for g in pick]}}
             for pick in picks]
         states.append(state)
     flavor = objects.Flavor(
@@ -198,13 +213,15 @@ def _time(filters, weighers, states, spec, rounds):
     fh = nova_filters.HostFilterHandler()
     wh = nova_weights.HostWeightHandler()
     # Nova gives every request a fresh copy of Placement's candidates, in
-    # Placement's order; restore that (untimed) before each round.
-    original = [list(s.allocation_candidates) for s in states]
+    # Placement's order, from the JSON of Placement's answer to that
+    # request (``SchedulerManager._schedule``: the response parsed, then
+    # one deep copy per host); restore that (untimed) before each round.
+    original = json.dumps([s.allocation_candidates for s in states])
     times = []
     passed = 0
     for _ in range(rounds):
-        for state, candidates in zip(states, original):
-            state.allocation_candidates = list(candidates)
+        for state, candidates in zip(states, json.loads(original)):
+            state.allocation_candidates = candidates
         # What setting the hosts up allocated is not this request's
         # garbage: collect it before, untimed.
         gc.collect()

@@ -14,6 +14,7 @@ the order it leaves is the order Nova claims in.
 """
 
 import collections
+import itertools
 import logging
 import weakref
 
@@ -82,8 +83,10 @@ class GpuFilter(filters.CandidateFilterMixin, filters.BaseHostFilter):
         refusals = collections.Counter()
         chosen = {}
         _PASSES[spec_obj] = (request.instance_uuid, chosen)
+        check = self._check
+        view = self.view
         for host_state in filter_obj_list:
-            why = self._check(host_state, request, debug, chosen)
+            why = check(host_state, request, debug, chosen, view)
             if why is None:
                 passed += 1
                 yield host_state
@@ -122,7 +125,8 @@ class GpuFilter(filters.CandidateFilterMixin, filters.BaseHostFilter):
         self._last_request = self.view.request(spec_obj, spec)
         return self._last_request
 
-    def _check(self, host_state, request, debug=False, chosen=None):
+    def _check(self, host_state, request, debug=False, chosen=None,
+               view=None):
         """None if ``host_state`` passes, else the reason it does not.
 
         One question to the view, one Decision back, left on the
@@ -138,15 +142,17 @@ class GpuFilter(filters.CandidateFilterMixin, filters.BaseHostFilter):
             # Consumed: a pass that fails below must not count its claim
             # twice.
             setattr(host_state, DECISION, None)
+        if view is None:
+            view = self.view
         try:
             candidates = host_state.allocation_candidates
-            decision = self.view.decide(
+            decision = view.decide(
                 request, host_state.nodename, host_state.num_instances,
                 _cells(host_state, request.spec), candidates, previous)
         except Exception as e:
             why = 'GPU view of this host is unusable: %s: %s' % (
                 type(e).__name__, e)
-            contained(self.view.get(host_state.nodename),
+            contained(view.get(host_state.nodename),
                       host_state.nodename, 'GpuFilter', why)
             return why
         setattr(host_state, DECISION, decision)
@@ -232,15 +238,65 @@ def _cells(host_state, spec):
     known = getattr(host_state, _CELLS, None)
     if known is not None and known[0] is topo:
         return known[1]
-    if not topo:
+    if topo is None:
         return None
-    result = []
-    for cell in topo.cells:
-        cpus = cell.pcpuset or cell.cpuset
-        result.append((cell.id, len(cpus) * 1000,
-                       len(cell.pinned_cpus or ()) * 1000
-                       if cell.pcpuset else cell.cpu_usage * 1000,
-                       cell.memory, cell.memory_usage))
-    result = tuple(result)
+    # Not ``not topo``: NUMATopology.__len__ reads ``cells`` through its
+    # property.
+    cells = _field(topo, 'cells')
+    if not cells:
+        return None
+    result = tuple(map(_cell_usage, cells))
     setattr(host_state, _CELLS, (topo, result))
     return result
+
+
+# Where an oslo.versionedobjects object keeps a set field (its property
+# getter reads ``'_obj_' + name``, ``oslo_versionedobjects.base.
+# _get_attrname``).
+_STORED = '_obj_'
+_UNSET = object()
+_NO_FIELDS = {}
+_CELL_FIELDS = tuple(_STORED + name for name in (
+    'id', 'pcpuset', 'pinned_cpus', 'cpuset', 'cpu_usage', 'memory',
+    'memory_usage'))
+
+
+def _field(obj, name):
+    """``obj.<name>`` of a Nova object, read where the object keeps it:
+    a host's first request after Nova changed it (a cold pass) reads
+    every cell of every host, and the field properties cost several
+    times the read. An unset field goes through the property, which
+    loads it or raises as it always does.
+    """
+    value = getattr(obj, '__dict__', _NO_FIELDS).get(_STORED + name, _UNSET)
+    return getattr(obj, name) if value is _UNSET else value
+
+
+def _cell_usage(cell):
+    """``(id, cpu_milli, cpu_used, memory_mib, memory_used)`` of a Nova
+    NUMACell: CPUs dedicated ones (pinned) when the cell has any, else
+    shared ones (their usage).
+    """
+    cid, pcpus, pinned, cpus, cpu_usage, memory, memory_used = map(
+        getattr(cell, '__dict__', _NO_FIELDS).get, _CELL_FIELDS,
+        itertools.repeat(_UNSET))
+    if pcpus is _UNSET or cid is _UNSET or memory is _UNSET \
+            or memory_used is _UNSET:
+        return _cell_usage_slow(cell)
+    if pcpus:
+        if pinned is _UNSET:
+            return _cell_usage_slow(cell)
+        return (cid, len(pcpus) * 1000, len(pinned or ()) * 1000, memory,
+                memory_used)
+    if cpus is _UNSET or cpu_usage is _UNSET:
+        return _cell_usage_slow(cell)
+    return cid, len(cpus) * 1000, cpu_usage * 1000, memory, memory_used
+
+
+def _cell_usage_slow(cell):
+    """``_cell_usage`` through the field properties (a field unset)."""
+    cpus = cell.pcpuset or cell.cpuset
+    return (cell.id, len(cpus) * 1000,
+            len(cell.pinned_cpus or ()) * 1000
+            if cell.pcpuset else cell.cpu_usage * 1000,
+            cell.memory, cell.memory_usage)

@@ -23,6 +23,7 @@ doc/source/architecture.rst for why the scheduler, not the agent, does it.
 """
 
 import functools
+import itertools
 import operator
 import sys
 import threading
@@ -45,6 +46,8 @@ MAX_PROVIDER_SETS = 512
 MAX_UNREPORTED_FAILURES = 1000
 # Per-host failures remembered per report (each logged once).
 MAX_FAILURES = 100
+# Distinct GPU index tuples sorted (``_sorted_gpus``), at most.
+MAX_SORTED = 8192
 # Distinct shared topologies, model sets and class sets (server types).
 MAX_SHARED = 4096
 # Provider kinds that hold exactly one device (inventory total 1): a VF
@@ -65,6 +68,25 @@ def _shared(value):
 
 
 _ALLOCATIONS = operator.itemgetter('allocations')
+
+
+@functools.lru_cache(maxsize=MAX_SORTED)
+def _sorted_gpus(gpus):
+    """``tuple(sorted(gpus))``, memoised: the GPU sets candidates name
+    are few (permutations of a few indices), and a C-level cache lookup
+    costs less than sorting into a new tuple, for every candidate of a
+    cold pass.
+    """
+    return tuple(sorted(gpus))
+
+
+def candidates_key(candidates):
+    """The provider UUIDs of each allocation candidate, as a hashable key
+    (built at C speed: it is built for every host of every request).
+    """
+    return tuple(map(tuple, map(_ALLOCATIONS, candidates)))
+
+
 # Attribute of a shared core Host holding its state's number (``key``).
 _STATE_ATTR = '_nova_gpu_state_key'
 
@@ -76,7 +98,8 @@ class HostEntry:
                  'gpu_classes', 'uuids', 'mig_uuids', 'generation',
                  'boot_id', 'version', 'pending', 'models', 'received',
                  'rp_sets', 'topology_key', 'state_key', 'failures',
-                 'last_ranking', 'drivers', 'unit_names', 'unit_uuids')
+                 'last_ranking', 'drivers', 'unit_names', 'unit_uuids',
+                 'last_order')
 
     def __init__(self, nodename, host, providers, generation, received,
                  provider_info=None, boot_id=None, drivers=None):
@@ -102,7 +125,7 @@ class HostEntry:
         self.gpu_classes = _shared(frozenset(p.resource_class for p in info))
         self.uuids = {}  # provider UUID -> GPU index
         self.mig_uuids = None  # provider UUID -> MIG slot (``migs``)
-        self.rp_sets = None  # candidate's provider UUIDs -> GPU indices
+        self.rp_sets = None  # candidates_key -> GPU indices of each
         self.generation = generation
         self.boot_id = boot_id
         self.version = 0
@@ -120,6 +143,10 @@ class HostEntry:
         # (memo key, Ranking) of the last ranking asked: a host unchanged
         # since the last request finds it without a shared-cache lookup.
         self.last_ranking = None
+        # (Ranking, candidates_key, (order, best)) of the last candidate
+        # order asked: the same candidates on the same ranking as last
+        # time are found without hashing either.
+        self.last_order = None
         self.models = _shared(frozenset(
             m for g in host.gpus for m in (g.model.name,) + g.model.aliases))
         self.received = received
@@ -169,14 +196,17 @@ class HostEntry:
             self.failures = cachetools.LRUCache(MAX_FAILURES)
         return _first(self.failures, (who, why))
 
-    def gpu_sets(self, candidates, resource_class):
+    def gpu_sets(self, candidates, resource_class, key=None):
         """``gpus_of`` of each candidate, as a tuple.
 
         Memoised per candidate list (the common case: Placement offers a
-        host the same candidates request after request) and per
-        candidate's provider set; the key is built at C speed.
+        host the same candidates request after request), by its provider
+        UUIDs (``candidates_key``, which the caller may pass when it has
+        built it already). ``resource_class`` may be given as
+        ``request_classes(resource_class)``.
         """
-        key = tuple(map(tuple, map(_ALLOCATIONS, candidates)))
+        if key is None:
+            key = candidates_key(candidates)
         sets = self.rp_sets
         if sets is None:
             sets = self.rp_sets = {}
@@ -184,28 +214,58 @@ class HostEntry:
             found = sets.get(key)
             if found is not None:
                 return found
-        # ``gpus_of`` inlined, reusing the provider tuples of ``key``: a
-        # host's first request after a report (a cold pass) runs this for
-        # every candidate of every host.
-        get = self.uuids.get
-        found = []
-        for rps, candidate in zip(key, candidates):
-            gpus = sets.get(rps, False)
-            if gpus is False:
-                gpus = list(map(get, rps))
-                if None in gpus:
-                    gpus = self._known_gpus(candidate['allocations'],
-                                            resource_class)
-                if gpus is not None:
-                    gpus.sort()
-                    gpus = tuple(gpus)
-                if len(sets) < MAX_PROVIDER_SETS:
-                    sets[rps] = gpus
-            found.append(gpus)
-        found = tuple(found)
+        found = self._map(key, candidates, resource_class)
+        # A plain dict that stops learning when full (not a cachetools
+        # cache): it is read for every host of every request, and a
+        # C-level dict.get keeps that off Nova's per-host cost; the
+        # candidate lists Placement offers one host are few and stable.
         if len(sets) < MAX_PROVIDER_SETS:
             sets[key] = found
         return found
+
+    def _map(self, key, candidates, resource_class):
+        """``gpu_sets`` without the memo: a host's first request after a
+        report (a cold pass) runs this for every host.
+        """
+        # Every provider looked up at once, at C speed (``key`` is in
+        # candidate order, each candidate's providers in a row).
+        get = self.uuids.get
+        flat = list(map(get, itertools.chain.from_iterable(key)))
+        if None not in flat:
+            sizes = set(map(len, key))
+            if len(sizes) == 1:
+                size = sizes.pop()
+                if size:
+                    return tuple(map(_sorted_gpus, zip(
+                        *[iter(flat)] * size)))
+        # Providers that are not GPUs (the compute node's CPUs and memory
+        # in every candidate, as Placement answers): dropped, unless one
+        # allocates a GPU class (a GPU provider this host cannot name).
+        classes = None
+        found = []
+        start = 0
+        for rps, candidate in zip(key, candidates):
+            gpus = flat[start:start + len(rps)]
+            start += len(rps)
+            if None in gpus:
+                if classes is None:
+                    classes = self._gpu_classes(resource_class)
+                gpus = _named_gpus(rps, gpus, candidate['allocations'],
+                                   classes)
+                if gpus is None:
+                    found.append(None)
+                    continue
+            found.append(_sorted_gpus(tuple(gpus)))
+        return tuple(found)
+
+    def _gpu_classes(self, resource_class):
+        """The resource classes that make an allocation a GPU one: those
+        of ``request_classes(resource_class)`` (or that frozenset) and
+        those this host's report listed.
+        """
+        if not isinstance(resource_class, frozenset):
+            resource_class = request_classes(resource_class)
+        return _union(self.gpu_classes, resource_class)
 
     def gpus_of(self, candidate, resource_class):
         """Sorted GPU indices a candidate allocates on, or None if unknown.
@@ -217,49 +277,56 @@ class HostEntry:
         unknown.
         """
         allocations = candidate['allocations']
-        rps = tuple(allocations)
-        sets = self.rp_sets
-        if sets is None:
-            sets = self.rp_sets = {}
-        else:
-            found = sets.get(rps, False)
-            if found is not False:
-                return found
         uuids = self.uuids
-        gpus = [uuids.get(rp_uuid) for rp_uuid in rps]
+        gpus = [uuids.get(rp_uuid) for rp_uuid in allocations]
         if None in gpus:
             gpus = self._known_gpus(allocations, resource_class)
-        found = tuple(sorted(gpus)) if gpus is not None else None
-        # A plain dict that stops learning when full (not a cachetools
-        # cache): this lookup runs for every candidate of every host of
-        # every request, and a C-level dict.get keeps it off Nova's
-        # per-host cost; the set of candidates Placement offers a host is
-        # small and stable, so a full memo rarely misses.
-        if len(sets) < MAX_PROVIDER_SETS:
-            sets[rps] = found
-        return found
+        return tuple(sorted(gpus)) if gpus is not None else None
 
     def _known_gpus(self, allocations, resource_class):
         """GPU indices of a candidate with providers that are not GPUs
         (the root's VCPU, say), or None if one is a GPU provider this
         host cannot name.
         """
-        gpus = []
-        uuids = self.uuids
-        classes = None
-        for rp_uuid in allocations:
-            index = uuids.get(rp_uuid)
-            if index is not None:
-                gpus.append(index)
-                continue
-            if classes is None:
-                classes = self.gpu_classes | {
-                    resource_class, 'VGPU', 'PGPU',
-                    CONF.gpu_scheduler.vgpu_resource_class,
-                    CONF.gpu_scheduler.whole_gpu_resource_class}
-            if not classes.isdisjoint(allocations[rp_uuid]['resources']):
-                return None  # a GPU provider this host cannot name yet
-        return gpus
+        rps = tuple(allocations)
+        return _named_gpus(rps, list(map(self.uuids.get, rps)), allocations,
+                           self._gpu_classes(resource_class))
+
+
+def request_classes(resource_class):
+    """Every resource class a GPU request for ``resource_class``
+    allocates, as a frozenset (``HostEntry.gpu_sets`` takes it in place
+    of ``resource_class``: once per request rather than once per host).
+    """
+    return frozenset((resource_class, 'VGPU', 'PGPU',
+                      CONF.gpu_scheduler.vgpu_resource_class,
+                      CONF.gpu_scheduler.whole_gpu_resource_class))
+
+
+@functools.lru_cache(maxsize=MAX_SHARED)
+def _union(reported, requested):
+    """``reported | requested``, shared: hosts of one server type report
+    the same classes (``_shared``).
+    """
+    return reported | requested
+
+
+_RESOURCES = operator.itemgetter('resources')
+
+
+def _named_gpus(rps, gpus, allocations, classes):
+    """``gpus`` (the GPU index of each provider in ``rps``, None where the
+    host cannot name it) less the Nones, or None if one of those
+    allocates a GPU class (in ``classes``).
+    """
+    # At C speed: it runs for every candidate of a cold pass, whose
+    # compute node Placement names in each.
+    unnamed = map(operator.is_, gpus, itertools.repeat(None))
+    if not all(map(classes.isdisjoint, map(_RESOURCES, map(
+            allocations.__getitem__, itertools.compress(rps, unnamed))))):
+        return None
+    return list(itertools.compress(gpus, map(
+        operator.is_not, gpus, itertools.repeat(None))))
 
 
 _UNREPORTED = cachetools.LRUCache(MAX_UNREPORTED_FAILURES)
@@ -292,6 +359,9 @@ class Hosts:
         self.resolver = resolver
         self.clock = clock
         self._hosts = {}
+        # nodename -> HostEntry, read-only for callers: the view looks
+        # every host up there on every request.
+        self.by_name = self._hosts
         self._lock = lock or threading.RLock()
         # Hosts reported in the same state share one core Host (content
         # -> Host); kept only while an entry holds it.
@@ -413,6 +483,7 @@ class Hosts:
             entry.mig_uuids = mig_uuids or None
             entry.unit_uuids = unit_uuids or None
             entry.rp_sets = None
+            entry.last_order = None
 
     def set_provider_uuids(self, nodename, uuids_by_name):
         """Record provider UUIDs learnt elsewhere (tests, tools)."""

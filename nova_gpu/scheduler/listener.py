@@ -45,6 +45,7 @@ from oslo_log import log as logging
 import oslo_messaging as messaging
 
 from nova_gpu.core import report as report_mod
+from nova_gpu import listening
 
 CONF = cfg.CONF
 LOG = logging.getLogger(__name__)
@@ -57,8 +58,7 @@ _POOLS = itertools.count()
 class ReportEndpoint:
     """oslo.messaging notification endpoint feeding a GpuView."""
 
-    filter_rule = messaging.NotificationFilter(
-        event_type='^%s$' % report_mod.EVENT_TYPE.replace('.', r'\.'))
+    filter_rule = listening.event_filter([report_mod.EVENT_TYPE])
 
     def __init__(self, view):
         self.view = view
@@ -71,7 +71,7 @@ class ReportEndpoint:
             entry = self.view.ingest(payload)
         except Exception as e:
             LOG.warning('Dropping GPU report from %s (host %s): %s',
-                        _shown(publisher_id), _host_of(payload), e)
+                        listening.shown(publisher_id), _host_of(payload), e)
             return messaging.NotificationResult.HANDLED
         if entry is not None:
             LOG.debug('GPU report %s of %s ingested (%d GPUs)',
@@ -94,14 +94,9 @@ class _Discard:
         return messaging.NotificationResult.HANDLED
 
 
-def _shown(value):
-    text = repr(value) if not isinstance(value, str) else value
-    return text if len(text) <= 100 else text[:97] + '...'
-
-
 def _host_of(payload):
     try:
-        return _shown(payload.get('host'))
+        return listening.shown(payload.get('host'))
     except Exception:
         return 'unknown'
 

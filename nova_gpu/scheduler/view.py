@@ -41,7 +41,8 @@ _SERVICE_LOCK = threading.Lock()
 class Request:
     """One instance's scheduling pass, as the filter sees it."""
 
-    __slots__ = ('spec', 'spec_ref', 'instance_uuid', 'token', 'multi')
+    __slots__ = ('spec', 'spec_ref', 'instance_uuid', 'token', 'multi',
+                 'rankings', 'classes')
 
     def __init__(self, spec_obj, spec, token):
         self.spec = spec
@@ -51,6 +52,11 @@ class Request:
         # A multi-create: Nova claims candidate 0 of the chosen host for
         # each instance from one list of candidates (``Decision.claimed``).
         self.multi = _num_instances(spec_obj) > 1
+        # Rankings found during this pass, by memo key: most hosts share
+        # their state with others (``GpuView.ranking``).
+        self.rankings = {}
+        # The resource classes of a GPU allocation (``HostEntry.gpu_sets``).
+        self.classes = hosts_mod.request_classes(spec.resource_class)
 
 
 def _num_instances(spec_obj):
@@ -109,6 +115,7 @@ class GpuView:
         self._lock = threading.RLock()
         self.hosts = hosts_mod.Hosts(self.catalog, resolver, clock,
                                      self._lock)
+        self._entries = self.hosts.by_name
         self.demand = demand_mod.DemandWindow(self.catalog, clock,
                                               engine_weights)
         self.rankings = ranking_mod.Rankings()
@@ -181,7 +188,7 @@ class GpuView:
         spec = request.spec
         if spec.problem:
             return Decision(request, num_instances, why=spec.problem)
-        entry = self.hosts.get(nodename)
+        entry = self._entries.get(nodename)
         if entry is None:
             return Decision(request, num_instances, why=(
                 'no GPU report from this host yet' if spec.explicit
@@ -197,21 +204,40 @@ class GpuView:
                 self.hosts.claim(entry, previous.ranked.choice.placement)
                 if previous.claimed:
                     full = (full or frozenset()) | previous.claimed
-        ranking = self.ranking(entry, spec, cells, request.token)
+        if entry.pending:
+            self.hosts.expire(entry)
+        key = (entry.state_key or entry.key(self.rankings.name),
+               request.token, self.demand.version, cells)
+        last = entry.last_ranking
+        if last is not None and last[0] == key:
+            ranking = last[1]
+        else:
+            ranking = self.ranking(entry, spec, cells, request.token,
+                                   request.rankings, key)
         if not ranking.items:
             return Decision(request, num_instances, why=ranking.why,
                             entry=entry, full=full)
         if not candidates:
             return Decision(request, num_instances, ranking.items[0],
                             entry=entry, full=full)
-        # In GPU indices, so that hosts in the same state share the memo.
-        gpu_sets = entry.gpu_sets(candidates, spec.resource_class)
-        known = ranking.orders.get(gpu_sets)
-        if known is None:
-            known = ranking_mod.order(
-                ranking, gpu_sets,
-                lambda gpus: self.evaluate(entry, spec, ranking, gpus))
-        order, best = known
+        offered = hosts_mod.candidates_key(candidates)
+        last = entry.last_order
+        if last is not None and last[0] is ranking and last[1] == offered:
+            # The candidates this host had last time, on the same ranking.
+            order, best = known = last[2]
+            gpu_sets = None
+        else:
+            # In GPU indices, so that hosts in the same state share the
+            # memo.
+            gpu_sets = entry.gpu_sets(candidates, request.classes,
+                                      offered)
+            known = ranking.orders.get(gpu_sets)
+            if known is None:
+                known = ranking_mod.order(
+                    ranking, gpu_sets,
+                    lambda gpus: self.evaluate(entry, spec, ranking, gpus))
+            order, best = known
+            entry.last_order = (ranking, offered, known)
         if not order:
             return Decision(
                 request, num_instances, order=order, entry=entry, full=full,
@@ -219,6 +245,9 @@ class GpuView:
                     'request: %s' % (ranking.why or
                                      'profile, model or topology'))
         if full:
+            if gpu_sets is None:
+                gpu_sets = entry.gpu_sets(candidates, request.classes,
+                                          offered)
             order, best = self._without_full(entry, spec, ranking,
                                              candidates, gpu_sets, order,
                                              best, full)
@@ -247,26 +276,37 @@ class GpuView:
 
     # -- rankings -------------------------------------------------------------
 
-    def ranking(self, entry, spec, cells=None, token=None):
-        """Feasible GPU sets on ``entry`` for ``spec``, best first."""
-        if entry.pending:
-            self.hosts.expire(entry)
+    def ranking(self, entry, spec, cells=None, token=None, memo=None,
+                key=None):
+        """Feasible GPU sets on ``entry`` for ``spec``, best first.
+
+        ``memo``: a dict for one filter pass (``Request.rankings``), in
+        front of the shared cache: hosts in the same state find their
+        ranking there with one C-level lookup. ``key``: the memo key, when
+        the caller (``decide``) built it already.
+        """
         rankings = self.rankings
-        key = (entry.state_key or entry.key(rankings.name),
-               rankings.name(spec.key) if token is None else token,
-               self.demand.version, cells)
-        last = entry.last_ranking
-        if last is not None and last[0] == key:
-            return last[1]
-        found = rankings.get(key)
-        if found is not None:
-            entry.last_ranking = (key, found)
-            return found
-        with self._lock, _numa(entry, cells):
-            found = ranking_mod.rank(self.demand.engine, entry, spec)
-            found.cells = cells
-            rankings.put(key, found)
-            entry.last_ranking = (key, found)
+        if key is None:
+            if entry.pending:
+                self.hosts.expire(entry)
+            key = (entry.state_key or entry.key(rankings.name),
+                   rankings.name(spec.key) if token is None else token,
+                   self.demand.version, cells)
+            last = entry.last_ranking
+            if last is not None and last[0] == key:
+                return last[1]
+        found = None if memo is None else memo.get(key)
+        if found is None:
+            found = rankings.get(key)
+            if found is None:
+                with self._lock, _numa(entry, cells):
+                    found = ranking_mod.rank(self.demand.engine, entry,
+                                             spec)
+                    found.cells = cells
+                    rankings.put(key, found)
+            if memo is not None:
+                memo[key] = found
+        entry.last_ranking = (key, found)
         return found
 
     def evaluate(self, entry, spec, ranking, gpus):

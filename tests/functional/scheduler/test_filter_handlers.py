@@ -17,7 +17,7 @@ def candidate(*rps):
             'mappings': {'': list(rps)}}
 
 
-class _FilterBase(base.TestCase):
+class FilterCase(base.TestCase):
 
     def setUp(self):
         super().setUp()
@@ -49,7 +49,7 @@ class _FilterBase(base.TestCase):
         return handler.get_filtered_objects([self.filter], states, spec_obj)
 
 
-class FilterTest(_FilterBase):
+class FilterTest(FilterCase):
 
     def test_candidates_reordered_to_the_best_gpu(self):
         self.add_host('h1', 'A100-40GB', vgpu_type='A100-10C', used={2: 1})
@@ -205,7 +205,7 @@ class FilterTest(_FilterBase):
         self.assertEqual(1.0, self.weighers[1].weight_multiplier(state))
 
 
-class ContainmentTest(_FilterBase):
+class ContainmentTest(FilterCase):
     """Issue 10 item 2: one bad host never breaks scheduling of others."""
 
     def test_bad_report_does_not_stop_gpu_scheduling(self):
@@ -282,7 +282,7 @@ class ContainmentTest(_FilterBase):
                       'h1', log.output)
 
 
-class EveryProviderTest(_FilterBase):
+class EveryProviderTest(FilterCase):
     """Issue 9 item 1: candidates are ordered on any provider of a GPU."""
 
     def add_vf_host(self, nodename, used=None):
@@ -396,7 +396,7 @@ class EveryProviderTest(_FilterBase):
         self.assertEqual([], self.run_filter([state], spec_obj))
 
 
-class WeigherTiesTest(_FilterBase):
+class WeigherTiesTest(FilterCase):
 
     def test_hosts_in_identical_states_weigh_equal(self):
         from nova_gpu.scheduler import filters
@@ -423,7 +423,7 @@ class WeigherTiesTest(_FilterBase):
         self.assertEqual([0.0, 0.0], [w.weight for w in weighed])
 
 
-class PlacedNotificationTest(_FilterBase):
+class PlacedNotificationTest(FilterCase):
     """gpu.placement.decided: sent once per instance when Nova places it
     (SchedulerManager._consume_selected_host, hooked when GpuFilter is
     built), with the host Nova chose and the GPUs of candidate 0.

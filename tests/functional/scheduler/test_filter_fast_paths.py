@@ -1,0 +1,179 @@
+"""GpuFilter's per-host fast paths give what the plain reading gives.
+
+The filter reads Nova's NUMA cells where oslo.versionedobjects keeps them,
+maps every candidate's providers at once (the compute node's CPUs and
+memory included, as Placement answers) and reuses a host's last candidate
+order when Placement offers it the same candidates again. Each is checked
+against the plain way on real Nova objects.
+"""
+
+import copy
+import json
+import types
+
+from nova import objects
+from nova.scheduler import host_manager
+from oslo_utils.fixture import uuidsentinel as uuids
+
+from tests.functional.scheduler import test_filter_handlers
+from tests.unit.scheduler import base
+
+
+def _topology(dedicated=True, pinned=(), cpu_usage=0, memory_usage=0):
+    cells = []
+    for cid in range(2):
+        cpus = set(range(cid * 8, cid * 8 + 8))
+        cells.append(objects.NUMACell(
+            id=cid, socket=cid, cpuset=set() if dedicated else cpus,
+            pcpuset=cpus if dedicated else set(), memory=65536,
+            cpu_usage=cpu_usage, memory_usage=memory_usage + cid,
+            pinned_cpus=set(p for p in pinned if p in cpus),
+            siblings=[{c} for c in sorted(cpus)],
+            mempages=[objects.NUMAPagesTopology(size_kb=4, total=1024,
+                                                used=0)],
+            network_metadata=objects.NetworkMetadata(physnets=set(),
+                                                     tunneled=False)))
+    # As HostState.update_from_compute_node makes it, from the DB's JSON.
+    return objects.NUMATopology.obj_from_db_obj(
+        objects.NUMATopology(cells=cells)._to_json())
+
+
+def _with_root(nodename, *rps, root_resources=None):
+    allocations = {nodename + '-root': {'resources': dict(
+        root_resources or {'PCPU': 2, 'MEMORY_MB': 2048})}}
+    allocations.update({rp: {'resources': {'VGPU': 1}} for rp in rps})
+    return {'allocations': allocations,
+            'mappings': {'': [nodename + '-root'], '_GPU': list(rps)}}
+
+
+class CellsTest(base.TestCase):
+
+    def setUp(self):
+        super().setUp()
+        objects.register_all()
+
+    def _both(self, topo):
+        from nova_gpu.scheduler import filters
+        return (tuple(map(filters._cell_usage, topo.cells)),
+                tuple(map(filters._cell_usage_slow, topo.cells)))
+
+    def test_dedicated_cells_read_as_the_properties_give(self):
+        fast, slow = self._both(_topology(pinned={1, 2, 9},
+                                          memory_usage=100))
+        self.assertEqual(slow, fast)
+        self.assertEqual((0, 8000, 2000, 65536, 100), fast[0])
+        self.assertEqual((1, 8000, 1000, 65536, 101), fast[1])
+
+    def test_shared_cells_read_as_the_properties_give(self):
+        fast, slow = self._both(_topology(dedicated=False, cpu_usage=3))
+        self.assertEqual(slow, fast)
+        self.assertEqual((0, 8000, 3000, 65536, 0), fast[0])
+
+    def _result_of(self, read, cell):
+        try:
+            return read(cell)
+        except Exception as e:
+            return type(e)
+
+    def test_unset_field_goes_through_the_property(self):
+        from nova_gpu.scheduler import filters
+        for field in ('memory_usage', 'pinned_cpus', 'pcpuset', 'id'):
+            cell = _topology(pinned={1}).cells[0]
+            delattr(cell, field)  # an unset field
+            self.assertFalse(cell.obj_attr_is_set(field))
+            # Whatever the property does (load a default or raise), the
+            # fast reading does the same.
+            self.assertEqual(
+                self._result_of(filters._cell_usage_slow, cell),
+                self._result_of(filters._cell_usage, cell), field)
+
+    def test_filter_reads_each_hosts_own_topology(self):
+        from nova_gpu.scheduler import filters
+        state = host_manager.HostState('h1', 'h1', 'cell')
+        state.numa_topology = _topology(pinned={0, 1})
+        spec = types.SimpleNamespace(alternatives=[types.SimpleNamespace(
+            numa_affinity='prefer')])
+        self.assertEqual(((0, 8000, 2000, 65536, 0),
+                          (1, 8000, 0, 65536, 1)),
+                         filters._cells(state, spec))
+        # Nova replaces the object when the usage changes.
+        state.numa_topology = _topology(pinned={0, 1, 2})
+        self.assertEqual((0, 8000, 3000, 65536, 0),
+                         filters._cells(state, spec)[0])
+        spec.alternatives[0].numa_affinity = 'none'
+        self.assertIsNone(filters._cells(state, spec))
+
+
+class CandidatesTest(test_filter_handlers.FilterCase):
+
+    def first_gpu_providers(self, state):
+        return [sorted(rp for rp in c['allocations']
+                       if not rp.endswith('-root'))
+                for c in state.allocation_candidates]
+
+    def test_compute_node_in_every_candidate_is_not_a_gpu(self):
+        self.add_host('h1', 'A100-40GB', vgpu_type='A100-10C', used={2: 1})
+        state = self.host_state('h1', [_with_root('h1', 'h1-rp0'),
+                                       _with_root('h1', 'h1-rp1'),
+                                       _with_root('h1', 'h1-rp2')])
+        passed = self.run_filter([state], self.request(resources__VGPU='1'))
+        self.assertEqual([state], passed)
+        # As without the root (FilterTest.test_candidates_reordered_...).
+        self.assertEqual([['h1-rp2'], ['h1-rp0'], ['h1-rp1']],
+                         self.first_gpu_providers(state))
+        entry = self.view.get('h1')
+        self.assertEqual(
+            tuple(entry.gpus_of(c, 'VGPU')
+                  for c in state.allocation_candidates),
+            entry.gpu_sets(state.allocation_candidates, 'VGPU'))
+
+    def test_unnamed_provider_allocating_a_gpu_class_is_unknown(self):
+        self.add_host('h1', 'A100-40GB', vgpu_type='A100-10C')
+        entry = self.view.get('h1')
+        gpu_root = _with_root('h1', 'h1-rp1',
+                              root_resources={'VGPU': 1, 'PCPU': 2})
+        candidates = [_with_root('h1', 'h1-rp0'), gpu_root,
+                      _with_root('h1', 'h1-rp0', 'h1-rp3')]
+        self.assertEqual(((0,), None, (0, 3)),
+                         entry.gpu_sets(candidates, 'VGPU'))
+        # The same provider names, one more candidate shape: not mixed up
+        # with the first (each candidate's own classes decide).
+        self.assertEqual((None, (0,)), entry.gpu_sets(
+            [gpu_root, _with_root('h1', 'h1-rp0')], 'VGPU'))
+        self.assertEqual(((3,), (0,)), entry.gpu_sets(
+            [_with_root('h1', 'h1-rp3'), _with_root('h1', 'h1-rp0')],
+            'VGPU'))
+
+    def test_same_candidates_again_keep_their_order(self):
+        self.add_host('h1', 'A100-40GB', vgpu_type='A100-10C', used={2: 1})
+        offered = [_with_root('h1', 'h1-rp0'), _with_root('h1', 'h1-rp1'),
+                   _with_root('h1', 'h1-rp2')]
+        orders = []
+        for i in range(3):
+            # Fresh objects each request, as Nova deep-copies Placement's
+            # parsed answer.
+            state = self.host_state('h1', json.loads(json.dumps(offered)))
+            spec_obj = self.request(resources__VGPU='1')
+            spec_obj.instance_uuid = getattr(uuids, 'i%d' % i)
+            self.assertEqual([state], self.run_filter([state], spec_obj))
+            orders.append(self.first_gpu_providers(state))
+        self.assertEqual([[['h1-rp2'], ['h1-rp0'], ['h1-rp1']]] * 3, orders)
+
+    def test_new_provider_uuids_forget_the_last_order(self):
+        self.add_host('h1', 'A100-40GB', vgpu_type='A100-10C', used={2: 1})
+        offered = [_with_root('h1', 'h1-rp0'), _with_root('h1', 'h1-rp2')]
+        state = self.host_state('h1', copy.deepcopy(offered))
+        self.run_filter([state], self.request(resources__VGPU='1'))
+        self.assertEqual([['h1-rp2'], ['h1-rp0']],
+                         self.first_gpu_providers(state))
+        # Placement's provider UUIDs now name the GPUs the other way
+        # round (a provider recreated, say): the order follows.
+        self.view.set_provider_uuids('h1', {
+            base.provider('h1', 0): 'h1-rp2', base.provider('h1', 2):
+            'h1-rp0'})
+        state = self.host_state('h1', copy.deepcopy(offered))
+        spec_obj = self.request(resources__VGPU='1')
+        spec_obj.instance_uuid = uuids.i2
+        self.run_filter([state], spec_obj)
+        self.assertEqual([['h1-rp0'], ['h1-rp2']],
+                         self.first_gpu_providers(state))
