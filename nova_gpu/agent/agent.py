@@ -31,6 +31,18 @@ from nova_gpu.core import catalog as catalog_mod
 LOG = logging.getLogger(__name__)
 
 
+def orphan_kinds(opts):
+    """``[gpu_agent] orphan_kinds``, plus VF types where the qemu hook
+    types VFs (``vf_types_on_demand``): there a typed VF no domain
+    references was left by a start cut short, and it counts as a vGPU in
+    use until it is cleared.
+    """
+    kinds = list(opts.orphan_kinds)
+    if opts.vf_types_on_demand and reconcile.ORPHAN_VF_TYPE not in kinds:
+        kinds.append(reconcile.ORPHAN_VF_TYPE)
+    return kinds
+
+
 class Agent:
     def __init__(self, conf, nvml_lib=None):
         opts = conf.gpu_agent
@@ -66,7 +78,7 @@ class Agent:
         self.reconciler = reconcile.Reconciler(
             self.manager, remove_orphans=opts.remove_orphans,
             grace_period=opts.orphan_grace_period, layouts=layouts.load,
-            orphan_kinds=opts.orphan_kinds)
+            orphan_kinds=orphan_kinds(opts))
         self._generation = 0
         self.boot_id = uuid.uuid4().hex
         self._placement = None

@@ -41,7 +41,10 @@ opts = [
                      'holds the VF (typed when libvirt prepares the guest, '
                      'cleared when it releases it). The agent then counts '
                      'every typed VF as a vGPU in use, also when libvirt '
-                     'cannot tell which domain holds it. Leave it off '
+                     'cannot tell which domain holds it, and the '
+                     'orphan pass clears the type of a VF no domain '
+                     'references (as with "vf_type" in orphan_kinds: a '
+                     'guest start cut short leaves one). Leave it off '
                      'where VF types are preset: a typed VF is then free '
                      'until a domain references it.'),
     cfg.StrOpt('sysfs_root', default='/sys',

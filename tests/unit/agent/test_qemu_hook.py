@@ -2,6 +2,7 @@
 
 import io
 import os
+import types
 
 import fixtures
 import testtools
@@ -226,3 +227,21 @@ class CompareAndSetTest(testtools.TestCase):
                           self.root, self.vf, 0)
         self.assertRaises(FileNotFoundError, privsep.set_vgpu_type_if_free,
                           self.root, PF, 1061)
+
+
+class OnDemandOrphansTest(testtools.TestCase):
+    """Where the hook types VFs, a typed VF no domain references is an
+    orphan whatever ``orphan_kinds`` says (a start cut short left it).
+    """
+
+    def test_vf_type_orphans_with_the_hook(self):
+        from nova_gpu.agent import agent
+
+        def opts(kinds, on_demand):
+            return types.SimpleNamespace(orphan_kinds=kinds,
+                                         vf_types_on_demand=on_demand)
+        self.assertEqual(['mdev'], agent.orphan_kinds(opts(['mdev'], False)))
+        self.assertEqual(['mdev', 'vf_type'],
+                         agent.orphan_kinds(opts(['mdev'], True)))
+        self.assertEqual(['vf_type'],
+                         agent.orphan_kinds(opts(['vf_type'], True)))
