@@ -12,6 +12,7 @@ import os
 import sys
 
 from nova.tests.functional.libvirt import test_pci_in_placement
+from nova.tests.functional.libvirt import test_pci_sriov_servers
 from nova.tests.functional.libvirt import test_vgpu
 from oslo_config import cfg
 
@@ -61,4 +62,28 @@ class SimpleRCAndTraitBasedPCIAliasTests(
 
 class RCAndTraitBasedPCIAliasTests(
         PluginEnabled, test_pci_in_placement.RCAndTraitBasedPCIAliasTests):
+    pass
+
+
+class VGPULimitMultipleTypesTests(
+        PluginEnabled, test_vgpu.VGPULimitMultipleTypesTests):
+    pass
+
+
+class DifferentMdevClassesTests(
+        PluginEnabled, test_vgpu.DifferentMdevClassesTests):
+    pass
+
+
+class VGPULiveMigrationTests(PluginEnabled, test_vgpu.VGPULiveMigrationTests):
+    pass
+
+
+class PCIServersTest(PluginEnabled, test_pci_sriov_servers.PCIServersTest):
+    pass
+
+
+class PCIResourceRequestReschedulingTest(
+        PluginEnabled,
+        test_pci_sriov_servers.PCIResourceRequestReschedulingTest):
     pass
