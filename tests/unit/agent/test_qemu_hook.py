@@ -34,7 +34,10 @@ def domain_xml(addresses, profile='H100XM-10C', extra=''):
         "<devices>%s</devices></domain>" % (NS, specs, extra, hostdevs))
 
 
-class QemuHookTest(testtools.TestCase):
+class _VfCase(testtools.TestCase):
+    """A fake sysfs with one H100 PF and ``VFS`` vendor-VFIO VFs."""
+
+    VFS = 3
 
     def setUp(self):
         super().setUp()
@@ -42,7 +45,13 @@ class QemuHookTest(testtools.TestCase):
         self.root = self.useFixture(fixtures.TempDir()).path
         self.fs = fakesys.FakeSysfs(self.root)
         self.fs.add_pci(PF, '0x2330')
-        self.vfs = self.fs.add_vfs(PF, 3, TYPES)
+        self.vfs = self.fs.add_vfs(PF, self.VFS, TYPES)
+
+
+class QemuHookTest(_VfCase):
+
+    def setUp(self):
+        super().setUp()
         self.fs.add_pci('0000:3b:00.0', '0x1eb8')  # a PF, no vendor VFIO
 
     def current(self, vf):
@@ -206,15 +215,13 @@ class QemuHookTest(testtools.TestCase):
         self.assertEqual([1061, 0, 0], [self.current(v) for v in self.vfs])
 
 
-class CompareAndSetTest(testtools.TestCase):
+class CompareAndSetTest(_VfCase):
+
+    VFS = 1
 
     def setUp(self):
         super().setUp()
-        privsep.use_in_process()
-        self.root = self.useFixture(fixtures.TempDir()).path
-        self.fs = fakesys.FakeSysfs(self.root)
-        self.fs.add_pci(PF, '0x2330')
-        self.vf = self.fs.add_vfs(PF, 1, TYPES)[0]
+        self.vf = self.vfs[0]
 
     def test_set_once_refuse_another(self):
         self.assertTrue(privsep.set_vgpu_type_if_free(self.root, self.vf,
