@@ -31,6 +31,24 @@ from nova_gpu.agent import xmlbuild
 LOG = logging.getLogger(__name__)
 
 
+# libvirt 9's node-device driver applies an ``mdevctl list`` of active
+# mdevs that may have begun before the mdev stopped; applied after udev's
+# "remove", it lists the mdev again as active and transient, and only a
+# later udev event or a restart of libvirt's node-device daemon drops it.
+STALE_ENTRY = ('mdev %s is gone from sysfs and has no mdevctl definition, '
+               'but libvirt still lists it: a stale entry of libvirt\'s '
+               'node-device driver, cleared when virtnodedevd (or libvirtd) '
+               'restarts; nothing is left on the host')
+
+
+def is_stale_libvirt_entry(info, in_sysfs):
+    """Whether libvirt lists an mdev that exists nowhere else: not in
+    sysfs, and not defined (libvirt marks it transient once mdevctl's
+    definitions no longer hold it). There is nothing left to remove.
+    """
+    return info is not None and not info['persistent'] and not in_sysfs
+
+
 class DeviceManager:
     def __init__(self, sysfs, libvirt=None, nvml=None, timeout=10.0,
                  check_mdevctl=True, journal=None, vf_types=None):
@@ -160,8 +178,12 @@ class DeviceManager:
             raise errors.InUse('mdev %s is used by domain(s) %s; detach it '
                                'first' % (uuid, ', '.join(refs[uuid])))
         known = lv.mdevs().get(uuid)
-        if known is None and not self.sysfs.mdev_active(uuid):
+        in_sysfs = self.sysfs.mdev_active(uuid)
+        if known is None and not in_sysfs:
             raise errors.NotFound('no mdev %s on this host' % uuid)
+        if is_stale_libvirt_entry(known, in_sysfs):
+            raise errors.NotFound('no mdev %s on this host; ' % uuid
+                                  + STALE_ENTRY % uuid)
         if known is None:
             raise errors.AgentError('mdev %s is active but libvirt does not '
                                     'know it; cannot remove it' % uuid)
@@ -183,8 +205,14 @@ class DeviceManager:
             lv.undefine_device(known['name'])
         # libvirtd drops the device when udev reports it gone; return only
         # then, so that the next look at libvirt agrees with sysfs.
-        self.wait_for(lambda: uuid not in lv.mdevs(),
-                      'libvirt to forget mdev %s' % uuid)
+        try:
+            self.wait_for(lambda: uuid not in lv.mdevs(),
+                          'libvirt to forget mdev %s' % uuid)
+        except errors.AgentError:
+            if not is_stale_libvirt_entry(lv.mdevs().get(uuid),
+                                          self.sysfs.mdev_active(uuid)):
+                raise
+            LOG.warning(STALE_ENTRY, uuid)
 
     def rollback_mdev(self, uuid, refs):
         """Remove mdev ``uuid`` that a cut-short operation left, unless a

@@ -203,7 +203,14 @@ class LibvirtHost:
 
     def undefine_device(self, name):
         def undefine(conn):
-            dev = conn.nodeDeviceLookupByName(name)
+            try:
+                dev = conn.nodeDeviceLookupByName(name)
+            except libvirt.libvirtError as e:
+                # gone since it was listed (libvirt dropped it once mdevctl
+                # no longer defined it): nothing is left to undefine
+                if e.get_error_code() == libvirt.VIR_ERR_NO_NODE_DEVICE:
+                    return
+                raise
             if dev.isPersistent():
                 dev.undefine(0)
             # Wait until libvirt has re-read mdevctl's definitions, so that

@@ -28,6 +28,7 @@ import time
 from oslo_log import log as logging
 import tenacity
 
+from nova_gpu.agent import devices
 from nova_gpu.agent import errors
 
 LOG = logging.getLogger(__name__)
@@ -43,6 +44,9 @@ class Result:
     # unused MIG instances kept: the layout planner carved them ahead
     carved: list = dataclasses.field(default_factory=list)
     waiting: list = dataclasses.field(default_factory=list)
+    # mdevs only libvirt lists (devices.is_stale_libvirt_entry): nothing
+    # to remove on the host; shown, so that nobody takes them for leaks
+    libvirt_stale: list = dataclasses.field(default_factory=list)
     errors: list = dataclasses.field(default_factory=list)
 
     def as_dict(self):
@@ -91,6 +95,7 @@ class Reconciler:
         self.grace_period = grace_period
         self.clock = clock
         self.retries = retries
+        self._stale_logged = set()
 
     @property
     def journal(self):
@@ -190,6 +195,12 @@ class Reconciler:
                         result.started.append(uuid)
                     continue
                 if uuid in busy:
+                    continue
+                if devices.is_stale_libvirt_entry(info, uuid in active):
+                    if uuid not in self._stale_logged:
+                        LOG.warning(devices.STALE_ENTRY, uuid)
+                        self._stale_logged.add(uuid)
+                    result.libvirt_stale.append(uuid)
                     continue
                 if info and info['persistent'] and info['autostart'] \
                         and not sysfs.mdev_active(uuid):

@@ -9,12 +9,15 @@ its temporary directory, and reads/writes the same tree at its own path.
 Because nothing in the kernel reacts to writes in a plain directory,
 ``fakesys.FakeKernel`` makes mdevs appear when mdevctl writes their UUID to
 ``create`` (and go on ``remove``) and ``fakesys.UdevAnnouncer`` tells
-libvirtd, as udevd would, over the udev netlink group.
+libvirtd, as udevd would, over a netlink group of the host's own
+(``UdevGroup``; the shim moves libvirtd's udev monitor there).
 
 Missing prerequisites make the fixture fail with a message naming them:
 these tests must run for real (as root, as CI does), never be skipped.
 """
 
+import errno
+import fcntl
 import os
 import re
 import shutil
@@ -61,6 +64,36 @@ def check_prerequisites():
                            + '; '.join(problems))
 
 
+class UdevGroup(fixtures.Fixture):
+    """A netlink group no other fake host on this machine uses.
+
+    Netlink groups are machine-wide: with udevd's group shared, every
+    libvirtd of the tests running at once took every other host's mdev
+    events for its own, and spent a second on each (its udev thread waits
+    for the mdev's sysfs files), enough to time out the waits of the
+    agent. A lock file per group keeps it ours (bit 0 is the kernel's,
+    bit 1 udevd's).
+    """
+
+    def _setUp(self):
+        for bit in range(2, 32):
+            path = os.path.join(tempfile.gettempdir(),
+                                'nova-gpu-test-udev-group-%d.lock' % bit)
+            lock = open(path, 'w')
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError as e:
+                lock.close()
+                if e.errno in (errno.EAGAIN, errno.EACCES):
+                    continue
+                raise
+            self.addCleanup(lock.close)
+            self.mask = 1 << bit
+            return
+        raise RuntimeError('more than 30 fake hosts at once: no netlink '
+                           'group left for their udev events')
+
+
 class FakeHost(fixtures.Fixture):
     """``build(fs)`` fills the fake sysfs tree before libvirtd starts."""
 
@@ -89,7 +122,8 @@ class FakeHost(fixtures.Fixture):
         with open(self.conf, 'w') as f:
             f.write(LIBVIRTD_CONF.format(sock=self.sock, log=self.log))
         self.uri = 'qemu+unix:///system?socket=%s/libvirt-sock' % self.sock
-        self.announcer = fakesys.UdevAnnouncer(self.fs)
+        self.udev_group = self.useFixture(UdevGroup()).mask
+        self.announcer = fakesys.UdevAnnouncer(self.fs, self.udev_group)
         self.addCleanup(self.announcer.close)
         self.kernel = fakesys.FakeKernel(self.fs, self.announcer).start()
         self.addCleanup(self.kernel.stop)
@@ -97,7 +131,8 @@ class FakeHost(fixtures.Fixture):
         self.addCleanup(self.stop_libvirtd)
 
     def start_libvirtd(self, timeout=30):
-        env = dict(os.environ, LD_PRELOAD=self.shim)
+        env = dict(os.environ, LD_PRELOAD=self.shim,
+                   NOVA_GPU_TEST_UDEV_GROUPS=str(self.udev_group))
         if self.hide_mdevctl:
             env['NOVA_GPU_TEST_HIDE_MDEVCTL'] = '1'
         sock = os.path.join(self.sock, 'libvirt-sock')

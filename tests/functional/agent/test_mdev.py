@@ -75,6 +75,15 @@ class TestMdevLifecycle(MdevTestCase):
         self.assertNotIn(uuid, self.lv.mdevs())
         self.assertEqual(8, self.fs.available(PARENT, 'nvidia-223'))
 
+    def test_undefining_a_device_gone_since_listed_is_done(self):
+        # A killed agent's mdevctl undefine went through; libvirt drops the
+        # device between reconcile's listing and its undefine.
+        uuid = self.manager.create_mdev(PARENT, 'nvidia-223')
+        name = self.lv.mdevs()[uuid]['name']
+        self.manager.remove_mdev(uuid)
+        self.lv.undefine_device(name)
+        self.assertNotIn(uuid, self.lv.mdevs())
+
     def test_refuses_to_remove_device_in_use(self):
         uuid = self.manager.create_mdev(PARENT, 'nvidia-222')
         self.define_domain('guest1', mdevs=[uuid])

@@ -328,17 +328,23 @@ class FakeKernel:
                     self.notify('remove', rel)
 
 
+UDEV_GROUP = 2
+
+
 class UdevAnnouncer:
     """Sends udev events the way udevd does, so libvirtd's monitor sees
     devices come and go in the fake tree (netlink group 2, libudev header).
     """
 
     NETLINK_KOBJECT_UEVENT = 15
-    UDEV_GROUP = 2
     MAGIC = 0xfeedcafe
 
-    def __init__(self, sysfs):
+    def __init__(self, sysfs, groups=UDEV_GROUP):
+        """``groups``: the netlink group mask to send to (the fake
+        host's own group; see ``fakehost.UdevGroup``).
+        """
         self.sysfs = sysfs
+        self.groups = groups
         self.seqnum = 1000
         self.sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW,
                                   self.NETLINK_KOBJECT_UEVENT)
@@ -365,4 +371,4 @@ class UdevAnnouncer:
                         for kv in props.items())
         header = (b'libudev\0' + struct.pack('>I', self.MAGIC)
                   + struct.pack('=7I', 40, 40, len(body), 0, 0, 0, 0))
-        self.sock.sendto(header + body, (0, self.UDEV_GROUP))
+        self.sock.sendto(header + body, (0, self.groups))
