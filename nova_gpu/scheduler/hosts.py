@@ -231,13 +231,16 @@ class HostEntry:
         # candidate order, each candidate's providers in a row).
         get = self.uuids.get
         flat = list(map(get, itertools.chain.from_iterable(key)))
-        if None not in flat:
-            sizes = set(map(len, key))
-            if len(sizes) == 1:
-                size = sizes.pop()
-                if size:
-                    return tuple(map(_sorted_gpus, zip(
-                        *[iter(flat)] * size)))
+        sizes = set(map(len, key))
+        size = sizes.pop() if len(sizes) == 1 else 0
+        unnamed = flat.count(None)
+        if size and not unnamed:
+            return tuple(map(_sorted_gpus, zip(*[iter(flat)] * size)))
+        if size > 1 and unnamed == len(key):
+            found = self._map_beside_root(key, candidates, resource_class,
+                                          flat, size)
+            if found is not None:
+                return found
         # Providers that are not GPUs (the compute node's CPUs and memory
         # in every candidate, as Placement answers): dropped, unless one
         # allocates a GPU class (a GPU provider this host cannot name).
@@ -257,6 +260,30 @@ class HostEntry:
                     continue
             found.append(_sorted_gpus(tuple(gpus)))
         return tuple(found)
+
+    def _map_beside_root(self, key, candidates, resource_class, flat,
+                         size):
+        """``_map`` of candidates that each hold one provider this host
+        cannot name, the same one in all (Placement's answer: the compute
+        node's CPUs, memory and disk next to the GPU providers), at C
+        speed; None when that is not the shape or when that provider
+        allocates a GPU class in one of them (``_map`` decides then).
+        """
+        # One UUID, as many times as there are candidates: once in each
+        # (a candidate's providers are the keys of a dict).
+        root = set(itertools.compress(itertools.chain.from_iterable(key),
+                                      map(operator.is_, flat,
+                                          itertools.repeat(None))))
+        if len(root) != 1:
+            return None
+        classes = self._gpu_classes(resource_class)
+        if not all(map(classes.isdisjoint, map(_RESOURCES, map(
+                operator.itemgetter(root.pop()),
+                map(_ALLOCATIONS, candidates))))):
+            return None
+        named = itertools.compress(flat, map(operator.is_not, flat,
+                                             itertools.repeat(None)))
+        return tuple(map(_sorted_gpus, zip(*[named] * (size - 1))))
 
     def _gpu_classes(self, resource_class):
         """The resource classes that make an allocation a GPU one: those

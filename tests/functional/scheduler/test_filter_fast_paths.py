@@ -144,6 +144,41 @@ class CandidatesTest(test_filter_handlers.FilterCase):
             [_with_root('h1', 'h1-rp3'), _with_root('h1', 'h1-rp0')],
             'VGPU'))
 
+    def test_mapped_at_once_as_one_by_one(self):
+        # Random candidate lists: GPU providers the host names or not, a
+        # compute node in all, some or none of them, allocating a GPU
+        # class or not; each mapped as gpus_of maps it alone.
+        import random
+        rng = random.Random(5)
+        self.add_host('h1', 'A100-40GB', vgpu_type='A100-10C')
+        entry = self.view.get('h1')
+        rps = ['h1-rp%d' % g for g in range(4)] + ['stranger']
+        shapes = set()
+        for _ in range(400):
+            candidates = []
+            root_in = rng.choice(('all', 'some', 'none'))
+            gpu_root = rng.random() < 0.2
+            width = rng.randint(1, 3)
+            for _c in range(rng.randint(1, 6)):
+                picked = rng.sample(rps, width)
+                with_root = root_in == 'all' or (
+                    root_in == 'some' and rng.random() < 0.5)
+                resources = {'PCPU': 2}
+                if gpu_root and rng.random() < 0.5:
+                    resources['VGPU'] = 1
+                c = (_with_root('h1', *picked, root_resources=resources)
+                     if with_root else {'allocations': {
+                         rp: {'resources': {'VGPU': 1}} for rp in picked}})
+                candidates.append(c)
+            entry.rp_sets = None
+            got = entry.gpu_sets(candidates, 'VGPU')
+            self.assertEqual(
+                tuple(entry.gpus_of(c, 'VGPU') for c in candidates), got,
+                candidates)
+            shapes.add((root_in, None in got))
+        # every shape met, unknown sets among them
+        self.assertEqual(6, len(shapes), shapes)
+
     def test_same_candidates_again_keep_their_order(self):
         self.add_host('h1', 'A100-40GB', vgpu_type='A100-10C', used={2: 1})
         offered = [_with_root('h1', 'h1-rp0'), _with_root('h1', 'h1-rp1'),
