@@ -313,6 +313,10 @@ def main(argv=None, stdin=None, stderr=None, sysfs_root=None,
         xml = stdin.read(MAX_XML + 1)
         if len(xml) > MAX_XML:
             raise HookError('domain XML larger than %d bytes' % MAX_XML)
+        if not asks_vgpu_type(flavor_specs(_parse(xml))):
+            # Not a guest of ours: it starts and stops whatever else is
+            # wrong here (the agent's configuration file, say).
+            return 0
         if sysfs_root is None:
             sysfs_root, state_dir = _configured()
             # libvirt runs hooks as root: no privsep daemon needed.

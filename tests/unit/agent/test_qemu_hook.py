@@ -133,6 +133,27 @@ class QemuHookTest(_VfCase):
             self.assertEqual((0, ''), self.run_hook(xml, op=op))
         self.assertEqual([0, 0, 0], [self.current(v) for v in self.vfs])
 
+    def test_a_broken_configuration_stops_only_gpu_guests(self):
+        def broken():
+            raise ValueError('/etc/nova-gpu/nova-gpu.conf: no section')
+
+        self.useFixture(fixtures.MonkeyPatch(
+            'nova_gpu.agent.qemu_hook._configured', broken))
+        for phase in (('prepare', 'begin'), ('release', 'end')):
+            for xml in (domain_xml(self.vfs[:1], profile=None),
+                        "<domain><devices/></domain>"):
+                err = io.StringIO()
+                self.assertEqual(0, qemu_hook.main(
+                    ['instance-1', *phase, '-'], stdin=io.StringIO(xml),
+                    stderr=err))
+                self.assertEqual('', err.getvalue())
+        err = io.StringIO()
+        self.assertEqual(1, qemu_hook.main(
+            ['instance-1', 'prepare', 'begin', '-'],
+            stdin=io.StringIO(domain_xml(self.vfs[:1])), stderr=err))
+        self.assertIn('no section', err.getvalue())
+        self.assertEqual([0, 0, 0], [self.current(v) for v in self.vfs])
+
     def test_bad_input_is_named(self):
         rc, err = self.run_hook('<domain')
         self.assertEqual(1, rc)
