@@ -37,8 +37,10 @@ LOG = logging.getLogger(__name__)
 # later udev event or a restart of libvirt's node-device daemon drops it.
 STALE_ENTRY = ('mdev %s is gone from sysfs and has no mdevctl definition, '
                'but libvirt still lists it: a stale entry of libvirt\'s '
-               'node-device driver, cleared when virtnodedevd (or libvirtd) '
-               'restarts; nothing is left on the host')
+               'node-device driver; nothing is left on the host, but Nova '
+               'lists mdevs through libvirt and may give this one to a new '
+               'guest, whose start then fails: restart virtnodedevd (or '
+               'libvirtd) to clear it')
 
 
 def is_stale_libvirt_entry(info, in_sysfs):
