@@ -41,6 +41,9 @@ STALE_ENTRY = ('mdev %s is gone from sysfs and has no mdevctl definition, '
                'lists mdevs through libvirt and may give this one to a new '
                'guest, whose start then fails: restart virtnodedevd (or '
                'libvirtd) to clear it')
+STALE_CLEARED = ('libvirt listed mdev %s, gone from sysfs and mdevctl (a '
+                 'stale entry of its node-device driver): cleared by '
+                 'starting and stopping a transient mdev of that UUID')
 
 
 def is_stale_libvirt_entry(info, in_sysfs):
@@ -184,6 +187,8 @@ class DeviceManager:
         if known is None and not in_sysfs:
             raise errors.NotFound('no mdev %s on this host' % uuid)
         if is_stale_libvirt_entry(known, in_sysfs):
+            if self.clear_stale_entry(uuid, known):
+                return
             raise errors.NotFound('no mdev %s on this host; ' % uuid
                                   + STALE_ENTRY % uuid)
         if known is None:
@@ -211,10 +216,45 @@ class DeviceManager:
             self.wait_for(lambda: uuid not in lv.mdevs(),
                           'libvirt to forget mdev %s' % uuid)
         except errors.AgentError:
-            if not is_stale_libvirt_entry(lv.mdevs().get(uuid),
-                                          self.sysfs.mdev_active(uuid)):
+            info = lv.mdevs().get(uuid)
+            if not is_stale_libvirt_entry(info, self.sysfs.mdev_active(uuid)):
                 raise
-            LOG.warning(STALE_ENTRY, uuid)
+            if not self.clear_stale_entry(uuid, info):
+                LOG.warning(STALE_ENTRY, uuid)
+
+    def clear_stale_entry(self, uuid, info):
+        """Make libvirt forget a stale entry (``is_stale_libvirt_entry``):
+        start a transient mdev of the same UUID, parent and type, which
+        udev's "add" makes libvirt's entry real, and stop it, which udev's
+        "remove" then drops. No mdevctl definition changes, so no re-read
+        of mdevctl's lists can race it. True if libvirt no longer lists
+        the mdev; False (nothing left started) if it could not be done: no
+        instance of the type free on the parent, say.
+        """
+        lv = self.libvirt
+        intent = self.journal.begin('mdev_create', uuid=uuid)
+        try:
+            name = lv.create_transient_mdev(info['parent_addr'],
+                                            info['mdev_type'], uuid)
+            self._wait_up(uuid)
+            lv.stop_device(name)
+            self.wait_for(lambda: not self.sysfs.mdev_active(uuid),
+                          'mdev %s to go away' % uuid)
+            self.wait_for(lambda: uuid not in lv.mdevs(),
+                          'libvirt to forget mdev %s' % uuid)
+        except (errors.AgentError, KeyError, ValueError) as e:
+            LOG.debug('could not clear the stale entry of mdev %s: %s',
+                      uuid, e)
+            if self.sysfs.mdev_active(uuid):
+                # started but not stopped: the journal's intent has
+                # reconcile remove it
+                self.journal.release(intent)
+                return False
+            self.journal.done(intent)
+            return False
+        self.journal.done(intent)
+        LOG.warning(STALE_CLEARED, uuid)
+        return True
 
     def rollback_mdev(self, uuid, refs):
         """Remove mdev ``uuid`` that a cut-short operation left, unless a

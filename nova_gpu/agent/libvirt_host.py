@@ -162,6 +162,14 @@ class LibvirtHost:
         return self.call('defining mdev %s' % uuid,
                          lambda c: c.nodeDeviceDefineXML(xml, 0).name())
 
+    def create_transient_mdev(self, parent_address, type_id, uuid):
+        """Start an mdev without a definition (``mdevctl start``); its
+        node-device name.
+        """
+        xml = xmlbuild.mdev_nodedev(parent_address, type_id, uuid)
+        return self.call('starting transient mdev %s' % uuid,
+                         lambda c: c.nodeDeviceCreateXML(xml, 0).name())
+
     def _settled(self, fn):
         """Run ``fn`` again while libvirt's mdev list settles.
 

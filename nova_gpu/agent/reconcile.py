@@ -197,9 +197,12 @@ class Reconciler:
                 if uuid in busy:
                     continue
                 if devices.is_stale_libvirt_entry(info, uuid in active):
+                    # One try to clear it, then a warning: not every cycle.
                     if uuid not in self._stale_logged:
-                        LOG.warning(devices.STALE_ENTRY, uuid)
                         self._stale_logged.add(uuid)
+                        if self.manager.clear_stale_entry(uuid, info):
+                            continue
+                        LOG.warning(devices.STALE_ENTRY, uuid)
                     result.libvirt_stale.append(uuid)
                     continue
                 if info and info['persistent'] and info['autostart'] \

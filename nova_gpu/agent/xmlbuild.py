@@ -45,7 +45,9 @@ def _tostring(root):
 
 
 def mdev_nodedev(parent_address, type_id, uuid):
-    """``virNodeDeviceDefineXML`` document of a persistent mdev."""
+    """``virNodeDeviceDefineXML`` (persistent) or ``virNodeDeviceCreateXML``
+    (transient) document of an mdev.
+    """
     dev = etree.Element('device')
     etree.SubElement(dev, 'parent').text = nodedev_name(parent_address)
     cap = etree.SubElement(dev, 'capability', type='mdev')

@@ -84,6 +84,35 @@ class TestMdevLifecycle(MdevTestCase):
         self.lv.undefine_device(name)
         self.assertNotIn(uuid, self.lv.mdevs())
 
+    def make_stale_entry(self):
+        """libvirt's stale entry (``devices.is_stale_libvirt_entry``): an
+        mdev gone from sysfs without udev's "remove" reaching libvirtd,
+        then undefined; libvirt keeps it as active and transient.
+        """
+        uuid = self.manager.create_mdev(PARENT, 'nvidia-222')
+        name = self.lv.mdevs()[uuid]['name']
+        self.fs.remove_mdev(uuid)  # the kernel; udev says nothing
+        self.lv.undefine_device(name)
+        info = self.lv.mdevs()[uuid]
+        self.assertEqual((True, False), (info['active'], info['persistent']))
+        self.assertEqual([], self.fs.mdevs())
+        return uuid
+
+    def test_stale_entry_cleared_by_removal(self):
+        uuid = self.make_stale_entry()
+        self.manager.remove_mdev(uuid)
+        self.assertNotIn(uuid, self.lv.mdevs())
+        self.assertEqual([], self.fs.mdevs())
+        self.assertEqual(16, self.fs.available(PARENT, 'nvidia-222'))
+
+    def test_stale_entry_cleared_by_reconcile(self):
+        uuid = self.make_stale_entry()
+        result = reconcile.Reconciler(self.manager, grace_period=0).run()
+        self.assertEqual(([], [], []), (result.libvirt_stale, result.removed,
+                                        result.errors))
+        self.assertNotIn(uuid, self.lv.mdevs())
+        self.assertEqual([], self.fs.mdevs())
+
     def test_refuses_to_remove_device_in_use(self):
         uuid = self.manager.create_mdev(PARENT, 'nvidia-222')
         self.define_domain('guest1', mdevs=[uuid])

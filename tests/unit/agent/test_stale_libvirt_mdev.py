@@ -28,11 +28,14 @@ class RacyLibvirt:
     it; without, it forgets it as udev's "remove" tells it to.
     """
 
-    def __init__(self, fs, stale):
+    def __init__(self, fs, stale, clearable=False):
         self.fs = fs
         self.stale = stale
+        self.clearable = clearable
+        self.transient = []
         self.known = {UUID: {'uuid': UUID, 'name': 'mdev_' + UUID,
-                             'parent': PARENT, 'mdev_type': 'nvidia-222',
+                             'parent': 'pci_0000_3b_00_0',
+                             'parent_addr': PARENT, 'mdev_type': 'nvidia-222',
                              'active': True, 'persistent': True,
                              'autostart': True}}
         self.stopped = []
@@ -48,7 +51,20 @@ class RacyLibvirt:
         self.stopped.append(name)
         self.fs.remove_mdev(UUID)
         if not self.stale:
-            self.known[UUID]['active'] = False
+            if self.known[UUID]['persistent']:
+                self.known[UUID]['active'] = False
+            else:
+                del self.known[UUID]
+
+    def create_transient_mdev(self, parent, type_id, uuid):
+        # udev's "add" makes libvirt's stale entry real again, its
+        # "remove" (stop_device) then drops the transient entry.
+        self.transient.append((parent, type_id, uuid))
+        if not self.clearable:
+            raise errors.AgentError('no instance of %s left' % type_id)
+        self.fs.materialise_mdev(parent, type_id, uuid)
+        self.stale = False
+        return 'mdev_' + uuid
 
     def undefine_device(self, name):
         self.undefined.append(name)
@@ -71,9 +87,21 @@ class StaleEntryTest(testtools.TestCase):
         self.sysfs = sysfs.Sysfs(root)
         self.logger = self.useFixture(fixtures.FakeLogger())
 
-    def manager(self, stale):
-        self.lv = RacyLibvirt(self.fs, stale)
+    def manager(self, stale, clearable=False):
+        self.lv = RacyLibvirt(self.fs, stale, clearable)
         return devices.DeviceManager(self.sysfs, self.lv, timeout=0.2)
+
+    def test_cleared_when_a_transient_mdev_can_start(self):
+        manager = self.manager(stale=True, clearable=True)
+        manager.remove_mdev(UUID)
+        self.assertEqual([(PARENT, 'nvidia-222', UUID)], self.lv.transient)
+        self.assertEqual({}, self.lv.mdevs())
+        self.assertEqual([], self.fs.mdevs())
+        self.assertEqual(16, self.fs.available(PARENT, 'nvidia-222'))
+        self.assertIn('cleared by starting and stopping a transient mdev',
+                      self.logger.output)
+        self.assertNotIn('restart virtnodedevd', self.logger.output)
+        self.assertEqual({}, manager.journal.intents())
 
     def test_removal_succeeds_and_names_the_stale_entry(self):
         manager = self.manager(stale=True)
@@ -85,7 +113,9 @@ class StaleEntryTest(testtools.TestCase):
         self.assertIn('%s is gone from sysfs and has no mdevctl definition, '
                       'but libvirt still lists it' % UUID,
                       self.logger.output)
-        self.assertEqual([], manager.journal.in_flight())
+        self.assertEqual({}, manager.journal.intents())
+        # it was tried: no instance of the type left on the parent
+        self.assertEqual([(PARENT, 'nvidia-222', UUID)], self.lv.transient)
 
     def test_removing_it_again_is_not_found_naming_why(self):
         manager = self.manager(stale=True)
