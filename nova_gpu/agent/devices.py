@@ -187,10 +187,16 @@ class DeviceManager:
         if known is None and not in_sysfs:
             raise errors.NotFound('no mdev %s on this host' % uuid)
         if is_stale_libvirt_entry(known, in_sysfs):
-            if self.clear_stale_entry(uuid, known):
-                return
-            raise errors.NotFound('no mdev %s on this host; ' % uuid
-                                  + STALE_ENTRY % uuid)
+            try:
+                # removed a moment ago: libvirt forgets it on udev's word
+                self.wait_for(lambda: uuid not in lv.mdevs(),
+                              'libvirt to forget mdev %s' % uuid)
+            except errors.AgentError:
+                if self.clear_stale_entry(uuid, known):
+                    return
+                raise errors.NotFound('no mdev %s on this host; ' % uuid
+                                      + STALE_ENTRY % uuid) from None
+            raise errors.NotFound('no mdev %s on this host' % uuid)
         if known is None:
             raise errors.AgentError('mdev %s is active but libvirt does not '
                                     'know it; cannot remove it' % uuid)
@@ -228,8 +234,12 @@ class DeviceManager:
         udev's "add" makes libvirt's entry real, and stop it, which udev's
         "remove" then drops. No mdevctl definition changes, so no re-read
         of mdevctl's lists can race it. True if libvirt no longer lists
-        the mdev; False (nothing left started) if it could not be done: no
-        instance of the type free on the parent, say.
+        the mdev; False if it could not be done (no instance of the type
+        free on the parent, say): a transient mdev it started and could
+        not stop is left to reconcile through the journal.
+
+        Only for an entry that has stayed stale a while: libvirt lists an
+        mdev someone just removed until udev's "remove" reaches it.
         """
         lv = self.libvirt
         intent = self.journal.begin('mdev_create', uuid=uuid)

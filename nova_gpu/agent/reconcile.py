@@ -95,7 +95,7 @@ class Reconciler:
         self.grace_period = grace_period
         self.clock = clock
         self.retries = retries
-        self._stale_logged = set()
+        self._stale_seen = {}  # mdevs only libvirt lists: cycles seen
 
     @property
     def journal(self):
@@ -197,13 +197,8 @@ class Reconciler:
                 if uuid in busy:
                     continue
                 if devices.is_stale_libvirt_entry(info, uuid in active):
-                    # One try to clear it, then a warning: not every cycle.
-                    if uuid not in self._stale_logged:
-                        self._stale_logged.add(uuid)
-                        if self.manager.clear_stale_entry(uuid, info):
-                            continue
-                        LOG.warning(devices.STALE_ENTRY, uuid)
-                    result.libvirt_stale.append(uuid)
+                    if self._stale_entry(uuid, info):
+                        result.libvirt_stale.append(uuid)
                     continue
                 if info and info['persistent'] and info['autostart'] \
                         and not sysfs.mdev_active(uuid):
@@ -213,6 +208,9 @@ class Reconciler:
             except errors.AgentError as e:
                 LOG.error('reconcile of mdev %s failed: %s', uuid, e)
                 result.errors.append('%s: %s' % (uuid, e))
+        # forget what is no longer listed (bounded by libvirt's list)
+        for uuid in set(self._stale_seen) - set(known):
+            del self._stale_seen[uuid]
         if ORPHAN_MDEV not in self.orphan_kinds:
             unused = []
         for uuid in self._expired('mdev', unused, result):
@@ -222,6 +220,22 @@ class Reconciler:
             except errors.AgentError as e:
                 LOG.error('removing orphan mdev %s failed: %s', uuid, e)
                 result.errors.append('%s: %s' % (uuid, e))
+
+    def _stale_entry(self, uuid, info):
+        """Handle an mdev only libvirt lists; True if it stays listed.
+
+        Seen in one cycle, it may be an mdev removed a moment ago (libvirt
+        forgets it on udev's word): the next cycle tries once to clear it
+        (``DeviceManager.clear_stale_entry``), then warns; not every cycle.
+        """
+        seen = self._stale_seen.get(uuid, 0) + 1
+        self._stale_seen[uuid] = seen
+        if seen == 2:
+            if self.manager.clear_stale_entry(uuid, info):
+                del self._stale_seen[uuid]
+                return False
+            LOG.warning(devices.STALE_ENTRY, uuid)
+        return True
 
     def _expired(self, scope, unused, result):
         """Unused devices past the grace period (first-seen times are kept

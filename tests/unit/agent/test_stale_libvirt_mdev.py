@@ -117,6 +117,28 @@ class StaleEntryTest(testtools.TestCase):
         # it was tried: no instance of the type left on the parent
         self.assertEqual([(PARENT, 'nvidia-222', UUID)], self.lv.transient)
 
+    def test_an_entry_udev_catches_up_with_is_left_to_libvirt(self):
+        # Removed a moment ago by someone else: libvirt lists it until
+        # udev's "remove" arrives. Nothing is started again.
+        manager = self.manager(stale=True, clearable=True)
+        self.lv.known[UUID].update(persistent=False, autostart=False)
+        self.fs.remove_mdev(UUID)
+        calls = []
+        real = self.lv.mdevs
+
+        def mdevs():
+            calls.append(1)
+            if len(calls) > 3:
+                self.lv.known.pop(UUID, None)
+            return real()
+
+        self.lv.mdevs = mdevs
+        e = self.assertRaises(errors.NotFound, manager.remove_mdev, UUID)
+        self.assertEqual('no mdev %s on this host' % UUID, str(e))
+        self.assertEqual([], self.lv.transient)
+        rec = reconcile.Reconciler(manager, grace_period=0)
+        self.assertEqual([], rec.run().libvirt_stale)
+
     def test_removing_it_again_is_not_found_naming_why(self):
         manager = self.manager(stale=True)
         manager.remove_mdev(UUID)
