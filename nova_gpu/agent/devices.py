@@ -187,16 +187,11 @@ class DeviceManager:
         if known is None and not in_sysfs:
             raise errors.NotFound('no mdev %s on this host' % uuid)
         if is_stale_libvirt_entry(known, in_sysfs):
-            try:
-                # removed a moment ago: libvirt forgets it on udev's word
-                self.wait_for(lambda: uuid not in lv.mdevs(),
-                              'libvirt to forget mdev %s' % uuid)
-            except errors.AgentError:
-                if self.clear_stale_entry(uuid, known):
-                    return
-                raise errors.NotFound('no mdev %s on this host; ' % uuid
-                                      + STALE_ENTRY % uuid) from None
-            raise errors.NotFound('no mdev %s on this host' % uuid)
+            forgotten = self._forgotten(uuid)
+            if forgotten == 'cleared':
+                return
+            raise errors.NotFound('no mdev %s on this host' % uuid + (
+                '; ' + STALE_ENTRY % uuid if forgotten == 'stale' else ''))
         if known is None:
             raise errors.AgentError('mdev %s is active but libvirt does not '
                                     'know it; cannot remove it' % uuid)
@@ -218,15 +213,27 @@ class DeviceManager:
             lv.undefine_device(known['name'])
         # libvirtd drops the device when udev reports it gone; return only
         # then, so that the next look at libvirt agrees with sysfs.
+        if self._forgotten(uuid) == 'stale':
+            LOG.warning(STALE_ENTRY, uuid)
+
+    def _forgotten(self, uuid):
+        """Wait until libvirt no longer lists mdev ``uuid``: 'forgotten';
+        a stale entry (``is_stale_libvirt_entry``) that stays is cleared
+        (``clear_stale_entry``): 'cleared', or 'stale' if it cannot be.
+        Anything else libvirt still lists fails the wait.
+        """
+        lv = self.libvirt
         try:
             self.wait_for(lambda: uuid not in lv.mdevs(),
                           'libvirt to forget mdev %s' % uuid)
+            return 'forgotten'
         except errors.AgentError:
             info = lv.mdevs().get(uuid)
+            if info is None:
+                return 'forgotten'
             if not is_stale_libvirt_entry(info, self.sysfs.mdev_active(uuid)):
                 raise
-            if not self.clear_stale_entry(uuid, info):
-                LOG.warning(STALE_ENTRY, uuid)
+        return 'cleared' if self.clear_stale_entry(uuid, info) else 'stale'
 
     def clear_stale_entry(self, uuid, info):
         """Make libvirt forget a stale entry (``is_stale_libvirt_entry``):
@@ -259,8 +266,8 @@ class DeviceManager:
                 # started but not stopped: the journal's intent has
                 # reconcile remove it
                 self.journal.release(intent)
-                return False
-            self.journal.done(intent)
+            else:
+                self.journal.done(intent)
             return False
         self.journal.done(intent)
         LOG.warning(STALE_CLEARED, uuid)
