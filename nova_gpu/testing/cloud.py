@@ -588,11 +588,9 @@ class GpuCloudTestCase(test_vgpu.VGPUTestBase):
     # the same reports (as several scheduler hosts in production).
     SCHEDULERS = 1
     # [DEFAULT] max_concurrent_builds of the computes (None: Nova's 10).
-    # Every compute of the harness runs in this one process: concurrent
-    # builds of one multi-create there have tripped oslo.db ("Can't
-    # upgrade a READER transaction to a WRITER mid-transaction" in the
-    # resource tracker's claim), which says nothing of the scheduling a
-    # test checks. 1 builds one instance at a time.
+    # 1 builds one instance at a time: for tests of several vGPUs of one
+    # mdev provider, where Nova's libvirt driver can give one mdev to two
+    # concurrent builds (Nova's race, not the scheduling a test checks).
     MAX_CONCURRENT_BUILDS = None
 
     def _setup_scheduler_service(self):

@@ -23,6 +23,8 @@ import traceback
 from eventlet import patcher
 import testtools
 
+from nova_gpu import testing  # noqa: F401 (patches the process first)
+
 # Longer than any test's own timeout (OS_TEST_TIMEOUT, test_serve's 600 s)
 # so that those fail first, with their own message, where they can.
 WATCHDOG_S = int(os.environ.get('NOVA_GPU_TEST_WATCHDOG', '900'))

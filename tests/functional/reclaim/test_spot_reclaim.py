@@ -95,7 +95,6 @@ class Sent:
 class SpotReclaimTest(cloud.GpuCloudTestCase):
 
     HOSTS = (cloud.GpuHost('t4', 'T4', gpus=2, path=cloud.PASSTHROUGH),)
-    MAX_CONCURRENT_BUILDS = 1
 
     def host_and_gpus(self, server):
         return (self.admin_api.get_server(server['id'])[

@@ -195,7 +195,6 @@ TOPOLOGY_FLAVORS = (
 
 class _TopologyBase(cloud.GpuCloudTestCase):
     HOSTS = TOPOLOGY_HOSTS
-    MAX_CONCURRENT_BUILDS = 1  # test_vf_mdev_multi_create: see cloud.py
 
     def placed(self, host, boots):
         """Boot ``boots`` servers of ``host``'s flavor there; return

@@ -162,7 +162,8 @@ class MultiCreateTest(cloud.GpuCloudTestCase):
     """One request for four servers: the view counts each claim.
 
     On a PF-mdev host (T4-8C: two per GPU), where one provider holds all
-    the vGPUs of a GPU; VF-mdev hosts in test_gpu_paths.
+    the vGPUs of a GPU; VF-mdev hosts in test_gpu_paths. One build at a
+    time: concurrent builds on one provider meet Nova's mdev race.
     """
 
     HOSTS = (cloud.GpuHost('t4', 'T4', 'T4-8C', gpus=2, numa=(0, 1)),)
