@@ -1,13 +1,15 @@
 """NVIDIA driver compatibility between a vGPU host and a guest.
 
 A vGPU guest runs NVIDIA's guest driver of some release branch (R535,
-R550, ...); the host runs the NVIDIA vGPU manager of some branch. NVIDIA
-supports a guest driver of the host's branch, and of the previous main
-branch under a newer manager ("vGPU manager release N with guest driver
-release N-1", the cross-branch rule of the vGPU release notes). A guest
-driver newer than the manager is never supported. Live migration also
-needs the two managers' vGPU version ranges (``nvmlGetVgpuVersion``) to
-overlap.
+R550, ...); the host runs the NVIDIA vGPU manager of some branch. The
+release notes' "Compatible NVIDIA vGPU Manager and Guest VM Driver
+Releases" (vGPU 15 for KVM; vGPU 19 adds the third) list what NVIDIA
+supports: guest drivers of the manager's own branch; a manager of a later
+major branch with guest drivers of the previous branch; a manager of a
+later long-term support branch with guest drivers of the previous
+long-term support branch. A guest driver newer than the manager is never
+supported. Live migration also needs the two managers' vGPU version
+ranges (``nvmlGetVgpuVersion``) to overlap.
 
 The one rule serves the scheduler filter (``GpuDriverFilter``), the move
 planner (``compatibility_rule`` for its ``compatible`` hook) and a live
@@ -28,7 +30,16 @@ IMAGE_PROPERTY = 'nvidia_guest_driver_branch'
 # 14 = R510, 15 = R525, 16 = R535, 17 = R550, 18 = R570, 19 = R580). Only
 # the order matters: the previous main branch of R550 is R535. A branch
 # not listed has no known predecessor: only its own guests are supported.
+# Checked: 15 = R525 (15.0 is 525.60.12), 16 = R535 (long-term support)
+# and 17 = R550 (production) in NVIDIA's vGPU release notes and lifecycle
+# table, 19 = R580 (19.0 is 580.65.05); 13, 14 and 18 from NVIDIA's
+# driver numbering only.
 MAIN_BRANCHES = ('R470', 'R510', 'R525', 'R535', 'R550', 'R570', 'R580')
+# The long-term support branches among them, oldest first: R535 and R580
+# are long-term support branches of NVIDIA's data-center drivers (their
+# "Supported Drivers and CUDA Toolkit Versions" table); R470 is not
+# listed, for want of a source, so R535 has no earlier one here.
+LONG_TERM_BRANCHES = ('R535', 'R580')
 
 _BRANCH = re.compile(r'[Rr]?([0-9]{3,4})')
 _VERSION = re.compile(r'([0-9]{3,4})(\.[0-9]{1,4}){1,3}')
@@ -55,13 +66,18 @@ def branch_of(driver_version):
 
 
 def guest_branches(host_branch):
-    """Guest driver branches a vGPU manager of ``host_branch`` supports."""
+    """Guest driver branches a vGPU manager of ``host_branch`` supports,
+    oldest first: its own, the previous main branch's and, for a
+    long-term support branch, the previous long-term support branch's.
+    """
     host_branch = parse_branch(host_branch)
-    if host_branch in MAIN_BRANCHES:
-        i = MAIN_BRANCHES.index(host_branch)
-        if i:
-            return (MAIN_BRANCHES[i - 1], host_branch)
-    return (host_branch,)
+    found = {host_branch}
+    for branches in (MAIN_BRANCHES, LONG_TERM_BRANCHES):
+        if host_branch in branches:
+            i = branches.index(host_branch)
+            if i:
+                found.add(branches[i - 1])
+    return tuple(sorted(found, key=lambda b: int(b[1:])))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -35,6 +35,17 @@ class TestRule(base.TestCase):
         self.assertEqual(('R999',), drivers.guest_branches('999'))
         self.assertEqual(('R535', 'R550'), R550.guest_branches)
 
+    def test_long_term_support_rule(self):
+        # vGPU 19 release notes: a later long-term support manager takes
+        # guests of the previous long-term support branch.
+        self.assertEqual(('R535', 'R570', 'R580'),
+                         drivers.guest_branches('R580'))
+        self.assertEqual(('R525', 'R535'), drivers.guest_branches('R535'))
+        self.assertIn('R535 is not supported',
+                      drivers.host_problem(R570, 'R535'))
+        self.assertIsNone(drivers.host_problem(
+            drivers.DriverInfo.build('580.65.05'), 'R535'))
+
     def test_host_problem(self):
         self.assertIsNone(drivers.host_problem(R550, 'R535'))
         self.assertIsNone(drivers.host_problem(R550, 'R550'))
