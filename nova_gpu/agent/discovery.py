@@ -54,6 +54,9 @@ class GpuRecord:
     vf_functions: tuple = ()            # sysfs.PciFunction of each VF
     # mdev parent address (PF or VF) -> UUIDs of the mdevs on it
     mdev_parents: dict = dataclasses.field(default_factory=dict)
+    # UUIDs of the mdevs no libvirt domain refers to (empty when libvirt
+    # cannot say): room Nova gives the next guest of their type.
+    idle_mdevs: set = dataclasses.field(default_factory=set)
 
     @property
     def vgpu_profiles(self):
@@ -375,8 +378,19 @@ class HostInventory:
 
     @staticmethod
     def _devices(g):
+        """The GPU's devices in use, for the report.
+
+        An mdev no guest holds is left out, as a typed vendor-VFIO VF no
+        guest holds is: Nova's libvirt driver gives an existing mdev of
+        the type to the next guest before it makes one, and counts it in
+        the provider's VGPU inventory, so it is room for its type, not
+        usage. Counted as usage, it would hold the GPU full in the
+        scheduler's view from a guest's deletion until the agent removes
+        the orphan (``orphan_grace_period`` later, or never with
+        ``remove_orphans`` off).
+        """
         devices = [{'kind': host_mod.VGPU, 'detail': name, 'uuid': uuid}
-                   for uuid, name in g.mdevs]
+                   for uuid, name in g.mdevs if uuid not in g.idle_mdevs]
         devices += [{'kind': host_mod.VGPU, 'detail': name, 'vf': vf}
                     for vf, name in sorted(g.vf_vgpus.items())]
         devices += [{'kind': host_mod.MIG, 'detail': list(detail)}
@@ -567,6 +581,9 @@ class Discovery:
                     t = fn.mdev_types.get(m.type_id) if fn else None
                     name = _VENDOR_PREFIX.sub('', t.name) if t else m.type_id
                     r.mdevs.append((m.uuid, name))
+                    if attached is not None and (
+                            m.uuid.lower() not in attached):
+                        r.idle_mdevs.add(m.uuid)
             for vf in r.vfs():
                 # With types preset and without libvirt nothing says which
                 # typed VF a guest has: Placement's pool usage stays the

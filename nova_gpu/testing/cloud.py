@@ -772,8 +772,10 @@ class GpuCloudTestCase(test_vgpu.VGPUTestBase):
         """The GPU's devices in use, as the agent reads them."""
         spec = state.spec
         if spec.path in (PF_MDEV, VF_MDEV):
-            # Every mdev holds its share of the GPU (and, in MIG mode, its
-            # GPU instance), in use by a guest or kept for the next one.
+            # In MIG mode every mdev holds its GPU instance, in use by a
+            # guest or kept for the next one. A time-sliced mdev counts
+            # only while a guest holds it: Nova gives an idle one to the
+            # next guest of its type (the agent's report does the same).
             devices = []
             for uuid, _parent in state.mdevs():
                 slot = state.gpu_instances.get(uuid)
@@ -781,7 +783,7 @@ class GpuCloudTestCase(test_vgpu.VGPUTestBase):
                     devices.append({'kind': host_mod.MIG,
                                     'detail': list(slot.detail),
                                     'uuid': uuid})
-                else:
+                elif uuid.lower() in used:
                     devices.append({'kind': host_mod.VGPU,
                                     'detail': spec.vgpu_type, 'uuid': uuid})
             return devices

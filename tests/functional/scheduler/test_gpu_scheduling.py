@@ -203,6 +203,21 @@ class MultiCreateTest(cloud.GpuCloudTestCase):
             sorted((p.instance_uuid, p.host, p.gpus)
                    for p in sent.placed()))
 
+    def test_a_deleted_guests_mdev_serves_the_next_guest(self):
+        flavor = self.create_gpu_flavor({'gpu:model': 'T4'})
+        servers = [self.boot(flavor) for _ in range(4)]
+        self.assertEqual({0: (2, 2), 1: (2, 2)}, self.vgpu_usage('t4'))
+        (gpu,) = self.gpus_of(servers[0])
+        (mdev,) = self.guest_devices(servers[0])
+        self._delete_server(servers[0])
+        self.sync_gpu_reports()
+        # Nova keeps the mdev and gives it to the next guest of its type:
+        # the GPU is not full in the scheduler's view.
+        server = self.boot(flavor)
+        self.assertEqual([gpu], self.gpus_of(server))
+        self.assertEqual([mdev], self.guest_devices(server))
+        self.assertEqual({0: (2, 2), 1: (2, 2)}, self.vgpu_usage('t4'))
+
 
 class StockPlacementTest(_Base):
     """The same cloud and scenario without the plugin."""

@@ -419,6 +419,36 @@ class TestProviders(SysfsCase):
         self.assertEqual([vfs[1]], [d['vf'] for d in used(inv)])
         self.assertEqual(['H100-20C'], [d['detail'] for d in used(inv)])
 
+    def test_idle_mdev_is_room_not_usage(self):
+        # Nova gives an mdev no guest holds to the next guest of its type:
+        # only an mdev a domain refers to is reported as in use.
+        self.fs.add_pci('0000:3b:00.0', '0x1eb8')
+        self.fs.add_mdev_type('0000:3b:00.0', 'nvidia-223', 'GRID T4-8C', 0)
+        held, idle = ('4b20d080-1b54-4048-85b3-a6a62d165c01',
+                      'd1b5e0a2-7f3c-4e61-9a0b-2c8d4f6e1a37')
+        for uuid in (held, idle):
+            self.fs.materialise_mdev('0000:3b:00.0', 'nvidia-223', uuid)
+
+        class Libvirt:
+            def pci_devices(self):
+                return [{'name': 'pci_0000_3b_00_0'}]
+
+            def domain_refs(self):
+                return {held: ['instance-00000001']}
+
+        def devices(inv):
+            return inv.report()['gpus'][0]['devices']
+        inv = self.discover(libvirt=Libvirt())
+        self.assertEqual([held], [d['uuid'] for d in devices(inv)])
+        self.assertEqual(1, report.host_from_dict(
+            inv.report(), CATALOG).gpus[0].vgpu_room(
+                CATALOG.model('T4').vgpu_profile('T4-8C')))
+        # The mdevs are still known to the agent (planning, orphans).
+        self.assertEqual({held, idle}, {u for u, _ in inv.gpus[0].mdevs})
+        # libvirt cannot say which mdevs guests hold: all count.
+        self.assertEqual({held, idle},
+                         {d['uuid'] for d in devices(self.discover())})
+
     def test_vendor_vfio_pool_resource_class_option(self):
         self.fs.add_pci('0000:86:00.0', '0x2330')
         for vf in self.fs.add_vfs('0000:86:00.0', 2,
