@@ -485,7 +485,12 @@ class Discovery:
 
     @staticmethod
     def _account(gpu, record):
-        """Mark what the devices on a GPU take, as the scheduler will."""
+        """Mark what the devices on a GPU take, for the agent's own model.
+
+        Every mdev, idle ones too: one holds its share of the GPU until it
+        is removed or reused. The report leaves idle mdevs out
+        (``_devices``), since Nova hands them to its next guest.
+        """
         slots = [host_mod.Slot(gpu.index, host_mod.VGPU, name)
                  for _, name in record.mdevs] + [
             host_mod.Slot(gpu.index, host_mod.VGPU, name)
