@@ -29,7 +29,8 @@ def report_devices(report):
     found = {}
     for raw in report.get('gpus') or ():
         address = raw.get('address') or ''
-        for dev in raw.get('devices') or ():
+        # An idle mdev still exists: its guest going away is no removal.
+        for dev in report_mod.present_devices(raw):
             kind, detail = dev.get('kind'), dev.get('detail')
             if kind == 'vgpu':
                 key = dev.get('uuid') or dev.get('vf')

@@ -365,6 +365,10 @@ class HostInventory:
             raw['nvlink_domain'] = g.nvlink_domain
             raw['iommu_group'] = pci.iommu_group if pci else None
             raw['driver'] = pci.driver if pci else None
+            # mdevs no guest holds (not in "devices": room, not usage).
+            raw['idle_mdevs'] = [{'uuid': uuid, 'detail': name}
+                                 for uuid, name in g.mdevs
+                                 if uuid in g.idle_mdevs]
             raw['mdev_types'] = {
                 t.id: {'name': t.name, 'available': t.available}
                 for t in (pci.mdev_types.values() if pci else ())}

@@ -389,7 +389,7 @@ def _devices(raw, gpu, providers):
     address (VF or passthrough PF); a MIG instance without a vGPU is
     named ``<GPU address>/mig@<start slice>``.
     """
-    for dev in raw.get('devices') or ():
+    for dev in report_mod.present_devices(raw):
         kind = dev.get('kind')
         detail = dev.get('detail')
         if kind == host_mod.VGPU:

@@ -25,10 +25,17 @@ Schema (version 2)::
           {"name": "compute-1_pci_0000_3b_00_4", "kind": "vf_mdev",
            "address": "0000:3b:00.4", "resource_class": "VGPU",
            "vgpu_type": "A100-10C", "vfs": [], "mig": null}],
-        "devices": [                 # what is allocated now
+        "devices": [                 # what guests hold now
           {"kind": "vgpu", "detail": "A100-10C", "uuid": "..."},
           {"kind": "mig", "detail": ["3g.20gb", 0, null], "uuid": "..."},
-          {"kind": "whole"}]}]}
+          {"kind": "whole"}],
+        "idle_mdevs": [              # optional: mdevs no guest holds
+          {"uuid": "...", "detail": "A100-10C"}]}]}
+
+An mdev no guest holds is room for its type, not a device in use: Nova's
+libvirt driver gives it to the next guest of that type. It is listed
+under ``idle_mdevs`` (ignored by the scheduler; ``present_devices`` joins
+both for the agent's device notifications and metrics).
 
 Optional in both versions, for driver-aware placement
 (``nova_gpu.core.drivers``)::
@@ -543,6 +550,16 @@ class _Parser:
             mig = self.mig_slot(mig, gpu, path + '.mig')
         return Provider(name, kind, gpu.index, address, rc, vgpu,
                         tuple(vfs), mig)
+
+
+def present_devices(raw_gpu):
+    """Every device of a report's GPU entry that exists: ``devices`` (in
+    use) and ``idle_mdevs`` (as ``vgpu`` devices).
+    """
+    idle = [dict(dev, kind=host_mod.VGPU)
+            for dev in raw_gpu.get('idle_mdevs') or ()
+            if isinstance(dev, dict)]
+    return list(raw_gpu.get('devices') or ()) + idle
 
 
 def parse(data, catalog):

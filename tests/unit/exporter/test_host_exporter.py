@@ -129,6 +129,16 @@ class HostCollectorTest(testtools.TestCase):
         self.assertEqual(0.25, self.value('nova_gpu_gpu_free_ratio', **a100))
         self.assertEqual(1.0, self.value('nova_gpu_gpu_free_ratio', **l4))
 
+    def test_an_idle_mdev_is_still_a_device(self):
+        # Not in use (the report's idle_mdevs), but there: shown, with no
+        # instance attached.
+        raw = {'devices': [], 'idle_mdevs': [
+            {'uuid': MDEV, 'detail': 'A100-10C'}]}
+        gpu = host_mod.Gpu(0, CATALOG.model('A100-40GB'),
+                           address='0000:07:00.0')
+        self.assertEqual([(exporter.VGPU, MDEV, 'A100-10C')],
+                         list(exporter._devices(raw, gpu, [])))
+
     def test_nvml_readings_in_base_units(self):
         self.collector.observe(_cycle())
         a100 = dict(host='gpu-1', gpu='0', address='0000:07:00.0',
@@ -292,6 +302,26 @@ class DeviceEventsTest(testtools.TestCase):
         back = notification.parse(event_type, primitive)
         self.assertEqual('mig', back.kind)
         self.assertEqual('0000:07:00.0', back.gpu_address)
+
+    def test_an_mdev_its_guest_left_is_not_removed(self):
+        # The report lists an mdev no guest holds under idle_mdevs, not
+        # devices: it still exists, so nothing was removed.
+        held = {'kind': 'vgpu', 'detail': 'A100-10C', 'uuid': MDEV}
+        events = device_events.DeviceEvents(None, 'gpu-1',
+                                            send=lambda t, p: None)
+        report = _report()
+        report['gpus'][0]['devices'] = [held]
+        events.observe({'report': report})
+        report = _report()
+        report['gpus'][0]['devices'] = []
+        report['gpus'][0]['idle_mdevs'] = [
+            {'uuid': MDEV, 'detail': 'A100-10C'}]
+        self.assertEqual([], events.observe({'report': report}))
+        report = _report()
+        report['gpus'][0]['devices'] = []
+        self.assertEqual([('remove', MDEV)], [
+            (p.action, p.device) for p in events.observe(
+                {'report': report})])
 
     def test_a_failed_send_is_not_raised(self):
         def boom(*args):
