@@ -768,6 +768,16 @@ class GpuCloudTestCase(test_vgpu.VGPUTestBase):
                 used[ref] = dom.UUIDString()
         return used
 
+    @staticmethod
+    def _idle_mdevs(state, used):
+        """Time-sliced mdevs no guest holds, as the agent lists them."""
+        if state.spec.path not in (PF_MDEV, VF_MDEV):
+            return []
+        return [{'uuid': uuid, 'detail': state.spec.vgpu_type}
+                for uuid, _parent in state.mdevs()
+                if uuid not in state.gpu_instances
+                and uuid.lower() not in used]
+
     def _gpu_devices(self, state, used):
         """The GPU's devices in use, as the agent reads them."""
         spec = state.spec
@@ -812,7 +822,8 @@ class GpuCloudTestCase(test_vgpu.VGPUTestBase):
                 'mig_enabled': spec.mig,
                 'vgpu_types': [spec.vgpu_type] if spec.vgpu_type else None,
                 'providers': self.providers_of_gpu(hostname, state),
-                'devices': self._gpu_devices(state, used)})
+                'devices': self._gpu_devices(state, used),
+                'idle_mdevs': self._idle_mdevs(state, used)})
         return {
             'version': report_mod.VERSION, 'host': hostname,
             'nodename': hostname, 'generation': next(self._generations),

@@ -211,6 +211,9 @@ class MultiCreateTest(cloud.GpuCloudTestCase):
         (mdev,) = self.guest_devices(servers[0])
         self._delete_server(servers[0])
         self.sync_gpu_reports()
+        raw = self.gpu_report('t4')['gpus'][gpu]
+        self.assertEqual([mdev.mdev], [d['uuid'] for d in raw['idle_mdevs']])
+        self.assertEqual(1, len(raw['devices']))
         # Nova keeps the mdev and gives it to the next guest of its type:
         # the GPU is not full in the scheduler's view.
         server = self.boot(flavor)
