@@ -384,6 +384,9 @@ class HostInventory:
     def _devices(g):
         """The GPU's devices in use, for the report.
 
+        A MIG-backed mdev is left out too: the GPU instance that backs it
+        is a ``mig`` device already.
+
         An mdev no guest holds is left out, as a typed vendor-VFIO VF no
         guest holds is: Nova's libvirt driver gives an existing mdev of
         the type to the next guest before it makes one, and counts it in
@@ -393,8 +396,13 @@ class HostInventory:
         the orphan (``orphan_grace_period`` later, or never with
         ``remove_orphans`` off).
         """
+        profiles = g.model.vgpu_profiles
         devices = [{'kind': host_mod.VGPU, 'detail': name, 'uuid': uuid}
-                   for uuid, name in g.mdevs if uuid not in g.idle_mdevs]
+                   for uuid, name in g.mdevs if uuid not in g.idle_mdevs
+                   # A MIG-backed vGPU takes no share of its own: its GPU
+                   # instance, listed below from NVML, holds the slices
+                   # (the core refuses it as a time-sliced device).
+                   and not (name in profiles and profiles[name].mig_backed)]
         devices += [{'kind': host_mod.VGPU, 'detail': name, 'vf': vf}
                     for vf, name in sorted(g.vf_vgpus.items())]
         devices += [{'kind': host_mod.MIG, 'detail': list(detail)}

@@ -129,6 +129,19 @@ class TestA100Mig(SysfsCase):
         rebuilt = report.host_from_dict(data, CATALOG)
         self.assertEqual(0b111111, rebuilt.gpus[0].mig_mask)
 
+    def test_mig_backed_mdev_counted_by_its_gpu_instance(self):
+        vfs = self.fs.add_mdev_vfs('0000:07:00.0', 2, {
+            'nvidia-700': ('NVIDIA A100-3-20C', 1)})
+        self.fs.materialise_mdev(vfs[0], 'nvidia-700',
+                                 '4b20d080-1b54-4048-85b3-a6a62d165c01')
+        data = self.discover().report()
+        # The GPU instances hold the slices; the mdev adds no device the
+        # scheduler would refuse ("no room for vGPU A100-3-20C").
+        self.assertEqual(['mig', 'mig'],
+                         [d['kind'] for d in data['gpus'][0]['devices']])
+        rebuilt = report.host_from_dict(data, CATALOG)
+        self.assertEqual(0b111111, rebuilt.gpus[0].mig_mask)
+
     def test_create_mig_then_discover(self):
         profile = CATALOG.model('A100-40GB').mig_profile('1g.5gb')
         gi = self.nvml.create_mig(0, profile, 6)
