@@ -10,6 +10,7 @@ Nova 34 makes for it or a part of it (``GpuRecord.providers``), named by
 the wire contract's functions in ``nova_gpu.core.report`` only.
 """
 
+import collections
 import dataclasses
 import re
 
@@ -57,6 +58,9 @@ class GpuRecord:
     # UUIDs of the mdevs no libvirt domain refers to (empty when libvirt
     # cannot say): room Nova gives the next guest of their type.
     idle_mdevs: set = dataclasses.field(default_factory=set)
+    # Start slices of the GPU instances no guest's vGPU holds (see
+    # Discovery._idle_gpu_instances): room for MIG-backed vGPUs.
+    idle_gpu_instances: set = dataclasses.field(default_factory=set)
 
     @property
     def vgpu_profiles(self):
@@ -365,10 +369,13 @@ class HostInventory:
             raw['nvlink_domain'] = g.nvlink_domain
             raw['iommu_group'] = pci.iommu_group if pci else None
             raw['driver'] = pci.driver if pci else None
-            # mdevs no guest holds (not in "devices": room, not usage).
+            # Devices no guest holds (not in "devices": room, not usage).
             raw['idle_mdevs'] = [{'uuid': uuid, 'detail': name}
                                  for uuid, name in g.mdevs
                                  if uuid in g.idle_mdevs]
+            raw['idle_gpu_instances'] = [
+                {'detail': list(detail)} for detail in g.mig_slots
+                if detail[1] in g.idle_gpu_instances]
             raw['mdev_types'] = {
                 t.id: {'name': t.name, 'available': t.available}
                 for t in (pci.mdev_types.values() if pci else ())}
@@ -406,7 +413,8 @@ class HostInventory:
         devices += [{'kind': host_mod.VGPU, 'detail': name, 'vf': vf}
                     for vf, name in sorted(g.vf_vgpus.items())]
         devices += [{'kind': host_mod.MIG, 'detail': list(detail)}
-                    for detail in g.mig_slots]
+                    for detail in g.mig_slots
+                    if detail[1] not in g.idle_gpu_instances]
         return devices
 
     def gpu_by_address(self, address):
@@ -617,6 +625,56 @@ class Discovery:
                     name = mig_profile_name(r.model, inst)
                     if name:
                         r.mig_slots.append((name, inst.start, None))
+                r.idle_gpu_instances = self._idle_gpu_instances(r, attached)
+
+    def _idle_gpu_instances(self, r, attached):
+        """Start slices of ``r``'s GPU instances that no guest holds.
+
+        For MIG-backed vGPUs the GPU instances are made ahead (by the
+        operator or the layout planner) and a new vGPU takes a free one:
+        a GPU instance no guest's vGPU holds is room for the vGPU types
+        of its profile, not usage. Per MIG profile, as many instances are
+        held as guests hold MIG-backed mdevs of a type it backs (libvirt's
+        domains, so a stopped guest still holds its own), and at least
+        those NVML runs a vGPU on; those NVML names first, then by start
+        slice. Every instance is held where that cannot be told (libvirt
+        does not say), and every instance of a profile that backs none of
+        the GPU's vGPU types.
+
+        Limit: the scheduler's model has no "instance made for profile P",
+        so the slices of idle instances are free slices to it. Where a
+        GPU enables MIG-backed types of several profiles, idle instances
+        of two profiles can add up, in its view, to room for a third that
+        no instance matches (Nova's mdev creation then fails and the boot
+        is rescheduled).
+        """
+        profiles = r.model.vgpu_profiles
+        # MIG profiles behind the GPU's MIG-backed vGPU types: an idle
+        # instance of another profile is room for nothing Nova can give.
+        backing = {profiles[n].mig_profile for n in r.vgpu_profiles
+                   if n in profiles and profiles[n].mig_backed}
+        if attached is None or not backing:
+            return set()
+        held = collections.Counter(
+            profiles[name].mig_profile for uuid, name in r.mdevs
+            if uuid not in r.idle_mdevs and name in profiles
+            and profiles[name].mig_backed)
+        active = (self.nvml.mig_in_use(r.nvml.index)
+                  if self.nvml is not None else None) or set()
+        by_profile = collections.defaultdict(list)
+        for inst in r.nvml.mig_instances:
+            name = mig_profile_name(r.model, inst)
+            if name:
+                by_profile[name].append(inst)
+        idle = set()
+        for name, instances in by_profile.items():
+            if name not in backing:
+                continue
+            instances.sort(key=lambda i: (i.gi_id not in active, i.start))
+            keep = max(held[name],
+                       sum(1 for i in instances if i.gi_id in active))
+            idle.update(i.start for i in instances[keep:])
+        return idle
 
 
 def mig_profile_name(model, inst):

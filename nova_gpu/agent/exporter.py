@@ -377,7 +377,7 @@ def _mdev_of(lib, read, vgpu):
 
 
 def _mig_slots(raw):
-    for dev in raw.get('devices') or ():
+    for dev in report_mod.present_devices(raw):
         if dev.get('kind') == host_mod.MIG and dev.get('detail'):
             yield dev['detail'][0], dev['detail'][1]
 

@@ -30,12 +30,16 @@ Schema (version 2)::
           {"kind": "mig", "detail": ["3g.20gb", 0, null], "uuid": "..."},
           {"kind": "whole"}],
         "idle_mdevs": [              # optional: mdevs no guest holds
-          {"uuid": "...", "detail": "A100-10C"}]}]}
+          {"uuid": "...", "detail": "A100-10C"}],
+        "idle_gpu_instances": [      # optional: MIG instances no guest
+          {"detail": ["3g.20gb", 4, null]}]}]}  # holds (MIG-backed vGPU)
 
 An mdev no guest holds is room for its type, not a device in use: Nova's
-libvirt driver gives it to the next guest of that type. It is listed
-under ``idle_mdevs`` (ignored by the scheduler; ``present_devices`` joins
-both for the agent's device notifications and metrics).
+libvirt driver gives it to the next guest of that type. A GPU instance
+made ahead for MIG-backed vGPUs that no guest holds is room for them
+likewise. They are listed under ``idle_mdevs`` and ``idle_gpu_instances``
+(ignored by the scheduler; ``present_devices`` joins them with
+``devices`` for the agent's device notifications and metrics).
 
 Optional in both versions, for driver-aware placement
 (``nova_gpu.core.drivers``)::
@@ -554,12 +558,15 @@ class _Parser:
 
 def present_devices(raw_gpu):
     """Every device of a report's GPU entry that exists: ``devices`` (in
-    use) and ``idle_mdevs`` (as ``vgpu`` devices).
+    use), ``idle_mdevs`` (as ``vgpu`` devices) and ``idle_gpu_instances``
+    (as ``mig`` devices).
     """
-    idle = [dict(dev, kind=host_mod.VGPU)
-            for dev in raw_gpu.get('idle_mdevs') or ()
-            if isinstance(dev, dict)]
-    return list(raw_gpu.get('devices') or ()) + idle
+    found = list(raw_gpu.get('devices') or ())
+    for key, kind in (('idle_mdevs', host_mod.VGPU),
+                      ('idle_gpu_instances', host_mod.MIG)):
+        found += [dict(dev, kind=kind) for dev in raw_gpu.get(key) or ()
+                  if isinstance(dev, dict)]
+    return found
 
 
 def parse(data, catalog):

@@ -142,6 +142,66 @@ class TestA100Mig(SysfsCase):
         rebuilt = report.host_from_dict(data, CATALOG)
         self.assertEqual(0b111111, rebuilt.gpus[0].mig_mask)
 
+    def _mig_backed_host(self, refs, mdev=None):
+        """A100 in MIG mode (3g.20gb at 0, 2g.10gb at 4) whose VFs offer
+        the MIG-backed A100-3-20C, with ``mdev`` made on the first VF;
+        ``refs``: what libvirt's domains hold.
+        """
+        vfs = self.fs.add_mdev_vfs('0000:07:00.0', 2, {
+            'nvidia-700': ('NVIDIA A100-3-20C', 1)})
+        if mdev:
+            self.fs.materialise_mdev(vfs[0], 'nvidia-700', mdev)
+
+        class Libvirt:
+            def pci_devices(self):
+                return [{'name': 'pci_0000_07_00_0'}]
+
+            def domain_refs(self):
+                return refs
+        inv = discovery.Discovery(self.sysfs, self.nvml, CATALOG, host='a1',
+                                  libvirt=Libvirt()).discover()
+        return inv, inv.report()
+
+    def _room(self, data):
+        gpu = report.host_from_dict(data, CATALOG).gpus[0]
+        return gpu.vgpu_mig_starts(
+            CATALOG.model('A100-40GB').vgpu_profile('A100-3-20C'))
+
+    @staticmethod
+    def _held(data):
+        return [d['detail'][:2] for d in data['gpus'][0]['devices']]
+
+    def test_gpu_instances_no_guest_holds_are_room(self):
+        inv, data = self._mig_backed_host({})
+        # The 2g.10gb backs no type the VFs offer: room for nothing.
+        self.assertEqual([['2g.10gb', 4]], self._held(data))
+        self.assertEqual([['3g.20gb', 0, None]],
+                         [d['detail'] for d in
+                          data['gpus'][0]['idle_gpu_instances']])
+        # The instance made ahead for A100-3-20C takes the next guest.
+        self.assertEqual((0,), self._room(data))
+        # The agent's own model still has them (planning).
+        self.assertEqual(0b111111, inv.host.gpus[0].mig_mask)
+
+    def test_gpu_instance_held_by_a_guests_mdev(self):
+        # A stopped guest holds its mdev (libvirt) though NVML runs no
+        # vGPU for it.
+        uuid = '4b20d080-1b54-4048-85b3-a6a62d165c01'
+        _inv, data = self._mig_backed_host({uuid: ['instance-1']}, uuid)
+        self.assertEqual([['3g.20gb', 0], ['2g.10gb', 4]], self._held(data))
+        self.assertEqual((), self._room(data))
+
+    def test_gpu_instance_held_by_a_running_vgpu(self):
+        self.lib.start_vgpu_on(self.lib.gpus[0], 1)  # the 3g.20gb
+        _inv, data = self._mig_backed_host({})
+        self.assertEqual([['3g.20gb', 0], ['2g.10gb', 4]], self._held(data))
+
+    def test_every_gpu_instance_held_without_libvirt(self):
+        self.fs.add_mdev_vfs('0000:07:00.0', 2, {
+            'nvidia-700': ('NVIDIA A100-3-20C', 1)})
+        data = self.discover().report()
+        self.assertEqual([['3g.20gb', 0], ['2g.10gb', 4]], self._held(data))
+
     def test_create_mig_then_discover(self):
         profile = CATALOG.model('A100-40GB').mig_profile('1g.5gb')
         gi = self.nvml.create_mig(0, profile, 6)
