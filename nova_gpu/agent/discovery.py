@@ -621,13 +621,15 @@ class Discovery:
                     r.vf_vgpus[vf.address] = _VENDOR_PREFIX.sub('', name)
             if r.nvml is not None and r.nvml.mig_enabled and \
                     r.model.mig_capable:
-                for inst in r.nvml.mig_instances:
-                    name = mig_profile_name(r.model, inst)
-                    if name:
-                        r.mig_slots.append((name, inst.start, None))
-                r.idle_gpu_instances = self._idle_gpu_instances(r, attached)
+                named = [(mig_profile_name(r.model, inst), inst)
+                         for inst in r.nvml.mig_instances]
+                named = [(name, inst) for name, inst in named if name]
+                r.mig_slots.extend((name, inst.start, None)
+                                   for name, inst in named)
+                r.idle_gpu_instances = self._idle_gpu_instances(
+                    r, named, attached)
 
-    def _idle_gpu_instances(self, r, attached):
+    def _idle_gpu_instances(self, r, named, attached):
         """Start slices of ``r``'s GPU instances that no guest holds.
 
         For MIG-backed vGPUs the GPU instances are made ahead (by the
@@ -662,10 +664,8 @@ class Discovery:
         active = (self.nvml.mig_in_use(r.nvml.index)
                   if self.nvml is not None else None) or set()
         by_profile = collections.defaultdict(list)
-        for inst in r.nvml.mig_instances:
-            name = mig_profile_name(r.model, inst)
-            if name:
-                by_profile[name].append(inst)
+        for name, inst in named:  # (catalog MIG profile, NVML instance)
+            by_profile[name].append(inst)
         idle = set()
         for name, instances in by_profile.items():
             if name not in backing:

@@ -561,11 +561,14 @@ def present_devices(raw_gpu):
     use), ``idle_mdevs`` (as ``vgpu`` devices) and ``idle_gpu_instances``
     (as ``mig`` devices).
     """
-    found = list(raw_gpu.get('devices') or ())
+    def listed(key):
+        value = raw_gpu.get(key)
+        return [d for d in value if isinstance(d, dict)] if isinstance(
+            value, list) else []
+    found = listed('devices')
     for key, kind in (('idle_mdevs', host_mod.VGPU),
                       ('idle_gpu_instances', host_mod.MIG)):
-        found += [dict(dev, kind=kind) for dev in raw_gpu.get(key) or ()
-                  if isinstance(dev, dict)]
+        found += [dict(dev, kind=kind) for dev in listed(key)]
     return found
 
 

@@ -243,3 +243,23 @@ class ProviderNamesTest(base.TestCase):
         self.assertEqual('CUSTOM_PCI_10DE_20B0',
                          report.pci_default_resource_class('0x10de',
                                                            '0x20b0'))
+
+
+class PresentDevicesTest(base.TestCase):
+
+    def test_in_use_and_idle_devices(self):
+        raw = {'devices': [{'kind': 'whole'}],
+               'idle_mdevs': [{'uuid': 'u1', 'detail': 'A100-10C'}],
+               'idle_gpu_instances': [{'detail': ['3g.20gb', 4, None]}]}
+        self.assertEqual(
+            [{'kind': 'whole'},
+             {'kind': 'vgpu', 'uuid': 'u1', 'detail': 'A100-10C'},
+             {'kind': 'mig', 'detail': ['3g.20gb', 4, None]}],
+            report.present_devices(raw))
+
+    def test_malformed_lists_are_skipped(self):
+        raw = {'devices': 'nope', 'idle_mdevs': 7,
+               'idle_gpu_instances': [None, 'x', {'detail': ['1g.5gb', 0,
+                                                             None]}]}
+        self.assertEqual([{'kind': 'mig', 'detail': ['1g.5gb', 0, None]}],
+                         report.present_devices(raw))
