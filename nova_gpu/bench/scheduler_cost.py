@@ -44,6 +44,14 @@ MEM_PER_CELL = 262144
 MODEL = 'H100-80GB'
 VENDOR, PRODUCT = '10de', '2330'
 CANDIDATES_PER_HOST = 8
+# The hosts whose candidates Nova reads per request: the one it claims on
+# and its alternates (``[scheduler] max_attempts`` = 3).
+SELECTED = 3
+# The configurations measured side by side: the default one (candidates
+# ordered on every host, both weighers) and the one for large clouds
+# (candidates ordered on the hosts Nova reads them on, GpuWeigher).
+CONFIGS = (('every_host', ('GpuFragmentationWeigher', 'GpuTopologyWeigher')),
+           ('selected_host', ('GpuWeigher',)))
 # What the 8-vCPU dedicated-CPU flavor takes on the root provider.
 ROOT_RESOURCES = {'PCPU': 8, 'MEMORY_MB': 16384, 'DISK_GB': 1}
 # Wall time, as nova-scheduler's users wait it; ``--cpu`` measures this
@@ -207,7 +215,12 @@ def _request(objects, flavor, pci=False):
     return spec
 
 
-def _time(filters, weighers, states, spec, rounds):
+def _placement_json(states):
+    """Placement's answer for ``states``, as JSON (``_time``)."""
+    return json.dumps([s.allocation_candidates for s in states])
+
+
+def _time(filters, weighers, states, spec, rounds, original=None):
     from nova.scheduler import filters as nova_filters
     from nova.scheduler import weights as nova_weights
     fh = nova_filters.HostFilterHandler()
@@ -216,7 +229,8 @@ def _time(filters, weighers, states, spec, rounds):
     # Placement's order, from the JSON of Placement's answer to that
     # request (``SchedulerManager._schedule``: the response parsed, then
     # one deep copy per host); restore that (untimed) before each round.
-    original = json.dumps([s.allocation_candidates for s in states])
+    if original is None:
+        original = _placement_json(states)
     times = []
     passed = 0
     for _ in range(rounds):
@@ -227,7 +241,12 @@ def _time(filters, weighers, states, spec, rounds):
         gc.collect()
         start = CLOCK()
         kept = fh.get_filtered_objects(filters, states, spec)
-        wh.get_weighed_objects(weighers, kept, spec)
+        weighed = wh.get_weighed_objects(weighers, kept, spec)
+        # What Nova reads of the candidates next: candidate 0 of the host
+        # it claims on and of its alternates ([scheduler] max_attempts).
+        for host in weighed[:SELECTED]:
+            if host.obj.allocation_candidates:
+                host.obj.allocation_candidates[0]
         times.append(CLOCK() - start)
         passed = len(kept)
     return times, passed
@@ -263,6 +282,7 @@ def run(sizes=(1000, 10000), out=sys.stdout, in_tree=True):
     CONF.set_override('demand_publish_interval', 0, 'gpu_scheduler')
     ours_w = [gpu_weighers.GpuFragmentationWeigher(),
               gpu_weighers.GpuTopologyWeigher()]
+    CONF.set_override('candidate_order', CONFIGS[-1][0], 'gpu_scheduler')
     # Untimed: a pass on a few hosts, so that what a scheduler process does
     # once (lazy imports, first use of Nova's handlers) is not charged to
     # the first size's cold pass.
@@ -270,18 +290,32 @@ def run(sizes=(1000, 10000), out=sys.stdout, in_tree=True):
                                          report_mod)
     _time([gpu_filters.GpuFilter(view)], ours_w, states,
           _request(objects, flavor), 1)
+    _time([gpu_filters.GpuFilter(view)], [gpu_weighers.GpuWeigher()],
+          states, _request(objects, flavor), 1)
     rows = []
     for n in sizes:
         view, states, flavor, view_bytes = _ours(
             n, objects, host_manager, view_mod, report_mod)
         spec = _request(objects, flavor)
-        ours_f = [gpu_filters.GpuFilter(view)]
-        cold, passed = _time(ours_f, ours_w, states, spec, 1)
-        warm, _ = _time(ours_f, ours_w, states, spec, 3)
-        rows.append(('nova-gpu GpuFilter + 2 weighers', n, passed,
-                     cold[0] / n * 1e6, min(warm) / n * 1e6, view_bytes))
+        original = _placement_json(states)
+        for order, weigher_names in CONFIGS:
+            if order != CONFIGS[0][0]:
+                # A new view: the cold pass must find every host changed.
+                view = _ours(n, objects, host_manager, view_mod,
+                             report_mod)[0]
+            CONF.set_override('candidate_order', order, 'gpu_scheduler')
+            ours_f = [gpu_filters.GpuFilter(view)]
+            ours_w = [getattr(gpu_weighers, name)()
+                      for name in weigher_names]
+            cold, passed = _time(ours_f, ours_w, states, spec, 1, original)
+            warm, _ = _time(ours_f, ours_w, states, spec, 3, original)
+            rows.append(('GpuFilter (%s) + %s' % (
+                order, ' + '.join(weigher_names)), n, passed,
+                cold[0] / n * 1e6, min(warm) / n * 1e6,
+                view_bytes if order == CONFIGS[0][0] else None))
+        CONF.clear_override('candidate_order', 'gpu_scheduler')
         floor, _ = _time([all_hosts_filter.AllHostsFilter()],
-                         [ram.RAMWeigher()], states, spec, 3)
+                         [ram.RAMWeigher()], states, spec, 3, original)
         rows.append(('(Nova floor: AllHostsFilter + RAMWeigher)', n, n,
                      floor[0] / n * 1e6, min(floor) / n * 1e6, None))
         del view, states
@@ -309,13 +343,17 @@ def run(sizes=(1000, 10000), out=sys.stdout, in_tree=True):
         float_format='%.1f') + '\n')
     out.write('\nnova-gpu above Nova\'s floor, per host (target: <= 3 us '
               'warm, <= 8 us cold; view <= 40 MiB at 10,000 hosts):\n')
-    for ours, floor in zip(rows[0::3], rows[1::3]):
-        floor_us = floor[4]
-        out.write('  %6d hosts: warm %+.1f us (%+.2f x floor), cold %+.1f us '
-                  '(%+.2f x floor), floor %.1f us\n' % (
-                      ours[1], ours[4] - floor_us,
-                      (ours[4] - floor_us) / floor_us, ours[3] - floor_us,
-                      (ours[3] - floor_us) / floor_us, floor_us))
+    per_size = len(CONFIGS) + 2
+    for first in range(0, len(rows), per_size):
+        floor_us = rows[first + len(CONFIGS)][4]
+        for (order, _w), ours in zip(CONFIGS,
+                                     rows[first:first + len(CONFIGS)]):
+            out.write('  %6d hosts, %-13s: warm %+.1f us (%+.2f x floor), '
+                      'cold %+.1f us (%+.2f x floor), floor %.1f us\n' % (
+                          ours[1], order, ours[4] - floor_us,
+                          (ours[4] - floor_us) / floor_us,
+                          ours[3] - floor_us,
+                          (ours[3] - floor_us) / floor_us, floor_us))
     return rows
 
 

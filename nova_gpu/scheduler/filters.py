@@ -20,6 +20,7 @@ import weakref
 
 from nova.scheduler import filters
 from nova.scheduler import utils as scheduler_utils
+from oslo_config import cfg
 from oslo_log import log as oslo_logging
 
 from nova_gpu.scheduler import flavor
@@ -28,7 +29,12 @@ from nova_gpu.scheduler import listener
 from nova_gpu.scheduler import notifications
 from nova_gpu.scheduler import view as view_mod
 
+CONF = cfg.CONF
 LOG = oslo_logging.getLogger(__name__)
+
+# [gpu_scheduler] candidate_order: order the candidates only of the hosts
+# Nova reads them on.
+SELECTED_HOST = 'selected_host'
 
 # At most this many per-host reasons go into the NoValidHost log line.
 MAX_REASONS = 20
@@ -85,8 +91,12 @@ class GpuFilter(filters.CandidateFilterMixin, filters.BaseHostFilter):
         _PASSES[spec_obj] = (request.instance_uuid, chosen)
         check = self._check
         view = self.view
+        # Multi-create passes drop the providers earlier instances filled
+        # on each host: they read every host's candidates.
+        later = (not request.multi and
+                 CONF.gpu_scheduler.candidate_order == SELECTED_HOST)
         for host_state in filter_obj_list:
-            why = check(host_state, request, debug, chosen, view)
+            why = check(host_state, request, debug, chosen, view, later)
             if why is None:
                 passed += 1
                 yield host_state
@@ -126,13 +136,14 @@ class GpuFilter(filters.CandidateFilterMixin, filters.BaseHostFilter):
         return self._last_request
 
     def _check(self, host_state, request, debug=False, chosen=None,
-               view=None):
+               view=None, later=False):
         """None if ``host_state`` passes, else the reason it does not.
 
         One question to the view, one Decision back, left on the
         HostState for the weighers (and in ``chosen``, by nodename, when
         it stands for a GPU set among Placement's candidates: see
-        ``_PASSES``). Whatever goes wrong with one host (a report the
+        ``_PASSES``). ``later``: the candidates are put in order when Nova
+        reads them (``OrderedOnRead``), not here. Whatever goes wrong with one host (a report the
         parser let through that the engine still cannot rank, a bug)
         refuses that host with the reason and leaves every other host,
         and every other request, as they were.
@@ -146,9 +157,14 @@ class GpuFilter(filters.CandidateFilterMixin, filters.BaseHostFilter):
             view = self.view
         try:
             candidates = host_state.allocation_candidates
+            if type(candidates) is OrderedOnRead:
+                # Left by an earlier pass on this HostState (Nova reuses a
+                # host's candidates for every instance of a request).
+                candidates = candidates.as_left()
             decision = view.decide(
                 request, host_state.nodename, host_state.num_instances,
-                _cells(host_state, request.spec), candidates, previous)
+                _cells(host_state, request.spec), candidates, previous,
+                later)
         except Exception as e:
             why = 'GPU view of this host is unusable: %s: %s' % (
                 type(e).__name__, e)
@@ -156,6 +172,13 @@ class GpuFilter(filters.CandidateFilterMixin, filters.BaseHostFilter):
                       host_state.nodename, 'GpuFilter', why)
             return why
         setattr(host_state, DECISION, decision)
+        if decision.ranking is not None:
+            later = host_state.allocation_candidates = OrderedOnRead(
+                candidates)
+            later._decision = decision
+            if chosen is not None:
+                chosen[host_state.nodename] = decision
+            return None
         order = decision.order
         if order is not None:
             if debug:
@@ -168,6 +191,118 @@ class GpuFilter(filters.CandidateFilterMixin, filters.BaseHostFilter):
                     and decision.why is None:
                 chosen[host_state.nodename] = decision
         return decision.why
+
+
+class OrderedOnRead(list):
+    """A host's allocation candidates, put in GpuFilter's order the first
+    time Nova reads them (``[gpu_scheduler] candidate_order =
+    selected_host``).
+
+    Nova reads the candidates only of the hosts it claims on or returns
+    as alternates (``SchedulerManager._schedule``: ``if not
+    host.allocation_candidates``, then candidate 0), so the filter leaves
+    every other host's unread. An empty order (Placement offered this host
+    nothing that can serve the request) makes the list empty, and Nova
+    skips the host. Every read goes through the order: length, truth,
+    items, iteration, comparison.
+    """
+
+    # The Decision whose ranking puts them in order, until they are.
+    # Set after construction: list's own (C) constructor copies the
+    # candidates, a Python one would cost every host of every request.
+    __slots__ = ('_decision',)
+
+    def _settle(self):
+        decision = getattr(self, '_decision', None)
+        if decision is None:
+            return
+        self._decision = None
+        candidates = list.copy(self)
+        nodename = decision.entry.nodename
+        try:
+            kept = decision.request.view.order_candidates(decision,
+                                                          candidates)
+        except Exception as e:
+            # As the filter does with a host it cannot decide on: refused
+            # (Nova skips a host without candidates), never raised into
+            # Nova's claim loop.
+            why = 'GPU view of this host is unusable: %s: %s' % (
+                type(e).__name__, e)
+            contained(decision.entry, nodename, 'GpuFilter', why)
+            decision.settle(view_mod.Decision(
+                decision.request, decision.num_instances, why=why))
+            kept = []
+        if decision.why is not None:
+            LOG.info('GpuFilter: Nova skips host %s for instance %s: %s',
+                     nodename, decision.instance_uuid, decision.why)
+        else:
+            LOG.debug('GpuFilter: %d of the %d allocation candidates of '
+                      'host %s kept for instance %s, candidate 0 on GPUs '
+                      '%s', len(kept), len(candidates), nodename,
+                      decision.instance_uuid, decision.ranked.gpus
+                      if decision.ranked is not None else 'unknown')
+        list.__setitem__(self, slice(None), kept)
+
+    def as_left(self):
+        """The candidates as they are now, ordered or not (a plain
+        list), without putting them in order.
+        """
+        return list.copy(self)
+
+    def __len__(self):
+        self._settle()
+        return list.__len__(self)
+
+    def __bool__(self):
+        self._settle()
+        return list.__len__(self) > 0
+
+    def __getitem__(self, index):
+        self._settle()
+        return list.__getitem__(self, index)
+
+    def __iter__(self):
+        self._settle()
+        return list.__iter__(self)
+
+    def __reversed__(self):
+        self._settle()
+        return list.__reversed__(self)
+
+    def __contains__(self, item):
+        self._settle()
+        return list.__contains__(self, item)
+
+    def __eq__(self, other):
+        self._settle()
+        return list.__eq__(self, other)
+
+    def __ne__(self, other):
+        self._settle()
+        return list.__ne__(self, other)
+
+    __hash__ = None
+
+    def __repr__(self):
+        self._settle()
+        return list.__repr__(self)
+
+    def __reduce_ex__(self, protocol):
+        # Copies and pickles are plain lists, in order.
+        self._settle()
+        return list, (list.copy(self),)
+
+    def copy(self):
+        self._settle()
+        return list.copy(self)
+
+    def index(self, *args):
+        self._settle()
+        return list.index(self, *args)
+
+    def count(self, item):
+        self._settle()
+        return list.count(self, item)
 
 
 def decision_of(host_state, spec_obj):
@@ -202,6 +337,15 @@ def notify_placed(host_state, spec_obj, instance_uuid=None):
         decision = chosen.get(host_state.nodename)
         if decision is None:
             return False
+        if decision.ranking is not None:
+            # Candidates left for later that Nova did not read (it always
+            # reads candidate 0 before claiming): the GPU set is the one
+            # they put first.
+            candidates = host_state.allocation_candidates
+            if type(candidates) is OrderedOnRead:
+                candidates._settle()
+            if decision.ranking is not None or decision.why is not None:
+                return False
         ranked = decision.ranked
         flavor_obj = getattr(spec_obj, 'flavor', None)
         # The host Nova chose (HostState.host, the compute service host the

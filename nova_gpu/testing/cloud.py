@@ -90,6 +90,14 @@ PLUGIN_CONF = {
         'report_listener': False,
     },
 }
+# The plugin as a large cloud runs it: candidates ordered on the hosts
+# Nova reads them on, both GPU weights from one weigher.
+SELECTED_HOST_CONF = {
+    group: dict(values) for group, values in PLUGIN_CONF.items()}
+SELECTED_HOST_CONF['filter_scheduler']['weight_classes'] = [
+    'nova.scheduler.weights.all_weighers',
+    'nova_gpu.scheduler.weighers.GpuWeigher']
+SELECTED_HOST_CONF['gpu_scheduler']['candidate_order'] = 'selected_host'
 # The same cloud without the plugin: Nova's defaults.
 STOCK_CONF = {
     'filter_scheduler': {

@@ -1,0 +1,332 @@
+"""``[gpu_scheduler] candidate_order = selected_host`` with GpuWeigher.
+
+Every test of the filter and weigher modules runs again in this mode: the
+order Nova finds when it reads a host's candidates, the weights, the
+notifications and the containment must be the same as when every host's
+candidates are ordered in the filter. The tests below cover what differs:
+when the candidates are read, and a host none of whose candidates can
+serve, which Nova skips at claim time instead of the filter refusing it.
+"""
+
+import copy
+import logging
+
+import fixtures
+from nova import objects
+from nova.scheduler import weights as nova_weights
+from oslo_utils.fixture import uuidsentinel as uuids
+
+from nova_gpu.scheduler import filters
+from nova_gpu.scheduler import weighers
+from nova_gpu.testing import cloud
+from tests.functional.scheduler import test_filter_handlers as handlers
+from tests.functional.scheduler import test_gpu_paths
+from tests.functional.scheduler import test_gpu_scheduling
+from tests.functional.scheduler.test_filter_handlers import candidate
+
+
+class SelectedHostMixin:
+
+    def setUp(self):
+        super().setUp()
+        self.conf.set_override('candidate_order', 'selected_host',
+                               'gpu_scheduler')
+
+
+class ContainmentTest(SelectedHostMixin, handlers.ContainmentTest):
+    pass
+
+
+class WeigherTiesTest(SelectedHostMixin, handlers.WeigherTiesTest):
+    pass
+
+
+
+
+class FilterTest(SelectedHostMixin, handlers.FilterTest):
+
+    def test_weighers_read_the_decision_from_the_host_state(self):
+        self.add_host('h1', 'A100-40GB', vgpu_type='A100-10C', used={0: 2})
+        state = self.host_state('h1', [candidate('h1-rp1'),
+                                       candidate('h1-rp0')])
+        spec_obj = self.request(resources__VGPU='1')
+        self.run_filter([state], spec_obj)
+        decision = getattr(state, filters.DECISION)
+        # Weighed by the host's best GPU set; candidates not read yet.
+        self.assertIsNone(decision.why)
+        self.assertEqual((0,), decision.ranked.gpus)
+        self.assertIsNone(decision.order)
+        self.assertIsInstance(state.allocation_candidates,
+                              filters.OrderedOnRead)
+        self.assertNotEqual(0.0, weighers.GpuFragmentationWeigher()
+                            ._weigh_object(state, spec_obj))
+        # Nova reads candidate 0 of the host it claims on: in order now.
+        self.assertEqual(['h1-rp0'],
+                         list(state.allocation_candidates[0]['allocations']))
+        self.assertEqual((1, 0), decision.order)
+        self.assertIsNone(decision.ranking)
+        other = self.request(resources__VGPU='1')
+        self.assertEqual(0.0, weighers.GpuFragmentationWeigher()
+                         ._weigh_object(state, other))
+
+    def test_only_the_hosts_nova_reads_are_ordered(self):
+        for name in ('h1', 'h2', 'h3'):
+            self.add_host(name, 'A100-40GB', vgpu_type='A100-10C',
+                          used={2: 1})
+        states = [self.host_state(name, [candidate(name + '-rp0'),
+                                         candidate(name + '-rp2')])
+                  for name in ('h1', 'h2', 'h3')]
+        ordered = []
+        real = self.view.order_candidates
+        self.useFixture(fixtures.MonkeyPatch(
+            'nova_gpu.scheduler.view.GpuView.order_candidates',
+            lambda view, decision, candidates: ordered.append(
+                decision.entry.nodename) or real(decision, candidates)))
+        spec_obj = self.request(resources__VGPU='1')
+        self.assertEqual(states, self.run_filter(states, spec_obj))
+        weighed = nova_weights.HostWeightHandler().get_weighed_objects(
+            [weighers.GpuWeigher()], states, spec_obj)
+        self.assertEqual([], ordered)
+        # Nova's claim loop: ``if not host.allocation_candidates``, then
+        # candidate 0; each read once.
+        host = weighed[0].obj
+        self.assertTrue(host.allocation_candidates)
+        self.assertEqual([host.nodename + '-rp2'],
+                         list(host.allocation_candidates[0]['allocations']))
+        self.assertEqual(2, len(host.allocation_candidates))
+        self.assertEqual([host.nodename], ordered)
+        # Copies are plain lists, in order.
+        self.assertEqual(list, type(copy.deepcopy(
+            host.allocation_candidates)))
+        self.assertEqual([host.nodename + '-rp2', host.nodename + '-rp0'],
+                         [list(c['allocations'])[0] for c in
+                          copy.deepcopy(host.allocation_candidates)])
+
+    def test_host_without_a_candidate_that_serves_is_skipped_by_nova(self):
+        log = self.useFixture(fixtures.FakeLogger(level=logging.INFO))
+        # Two devices on distinct GPUs, but Placement offered both on two
+        # VFs of one GPU (see EveryProviderTest): nothing there serves.
+        self.add_host('h1', 'A100-40GB', vgpu_type='A100-10C', per_numa=2)
+        state = self.host_state('h1', [candidate('h1-rp1', 'h1-rp2')])
+        spec_obj = self.request(
+            gpu__count='2', gpu__topology='numa', resources1__VGPU='1',
+            resources2__VGPU='1', group_policy='isolate')
+        # The host's GPUs can serve: it passes and is weighed.
+        self.assertEqual([state], self.run_filter([state], spec_obj))
+        decision = getattr(state, filters.DECISION)
+        self.assertIsNotNone(decision.ranked)
+        # Nova's claim loop finds no candidate and skips the host.
+        self.assertFalse(state.allocation_candidates)
+        self.assertEqual([], state.allocation_candidates)
+        self.assertIsNone(decision.ranked)
+        self.assertIn('Placement offered GPU providers that cannot serve',
+                      decision.why)
+        self.assertIn('GpuFilter: Nova skips host h1 for instance',
+                      log.output)
+
+    def test_error_ordering_candidates_skips_the_host_logged(self):
+        log = self.useFixture(fixtures.FakeLogger(level=logging.WARNING))
+        self.add_host('h1', 'A100-40GB', vgpu_type='A100-10C')
+        state = self.host_state('h1', [candidate('h1-rp0')])
+        spec_obj = self.request(resources__VGPU='1')
+        self.assertEqual([state], self.run_filter([state], spec_obj))
+        self.useFixture(fixtures.MonkeyPatch(
+            'nova_gpu.scheduler.view.GpuView._ordered',
+            lambda *a: (_ for _ in ()).throw(KeyError('gone'))))
+        self.assertFalse(state.allocation_candidates)
+        self.assertIn('GpuFilter contained an error on host h1', log.output)
+        self.assertIn("KeyError: 'gone'", log.output)
+
+    def test_multi_create_orders_every_host(self):
+        self.add_host('h1', 'A100-40GB', count=2, vgpu_type='A100-40C')
+        spec_obj = self.request(resources__VGPU='1')
+        spec_obj.num_instances = 2
+        state = self.host_state('h1', [candidate('h1-rp0')])
+        self.run_filter([state], spec_obj)
+        self.assertIs(list, type(state.allocation_candidates))
+        state = self.host_state('h1', [candidate('h1-rp0')])
+        self.run_filter([state], self.request(resources__VGPU='1'))
+        self.assertIs(filters.OrderedOnRead,
+                      type(state.allocation_candidates))
+
+    def test_debug_logs_what_was_kept(self):
+        log = self.useFixture(fixtures.FakeLogger(level=logging.DEBUG))
+        self.add_host('h1', 'A100-40GB', vgpu_type='A100-10C', used={2: 1})
+        state = self.host_state('h1', [candidate('h1-rp0'),
+                                       candidate('h1-rp2')])
+        self.run_filter([state], self.request(resources__VGPU='1'))
+        self.assertIs(filters.OrderedOnRead,
+                      type(state.allocation_candidates))
+        self.assertNotIn('allocation candidates of host h1', log.output)
+        self.assertTrue(state.allocation_candidates)
+        self.assertIn('GpuFilter: 2 of the 2 allocation candidates of host '
+                      'h1 kept for instance %s, candidate 0 on GPUs (2,)'
+                      % uuids.i1, log.output)
+
+
+class EveryProviderTest(SelectedHostMixin, handlers.EveryProviderTest):
+
+    def test_two_vfs_of_one_gpu_are_not_two_gpus(self):
+        vf = self.vfs_by_gpu(self.add_vf_host('h1', used={0: 1}))
+        same = candidate(vf[0][0], vf[0][1])
+        distinct = candidate(vf[0][1], vf[1][0])
+        spec_obj = self.request(
+            gpu__profile='A100-10C', gpu__count='2', resources1__VGPU='1',
+            resources2__VGPU='1', group_policy='isolate')
+        state = self.host_state('h1', [same, distinct])
+        self.assertEqual([state], self.run_filter([state], spec_obj))
+        self.assertEqual([distinct], state.allocation_candidates)
+        # Only such candidates: the host passes (its GPUs can serve), and
+        # Nova, reading its candidates, finds none.
+        state = self.host_state('h1', [same])
+        self.assertEqual([state], self.run_filter([state], spec_obj))
+        self.assertEqual(0, len(state.allocation_candidates))
+
+
+class PlacedNotificationTest(SelectedHostMixin,
+                             handlers.PlacedNotificationTest):
+
+    def test_another_request_filtering_the_host_meanwhile(self):
+        self.add_host('h1', 'A100-40GB', vgpu_type='A100-10C', used={2: 1})
+        state = self.host_state('h1', [candidate('h1-rp0'),
+                                       candidate('h1-rp2')])
+        a = self.request('a', resources__VGPU='1')
+        b = self.request('b', resources__VGPU='1')
+        b.instance_uuid = uuids.i2
+        self.run_filter([state], a)
+        first = state.allocation_candidates
+        state.allocation_candidates = [candidate('h1-rp0')]
+        self.run_filter([state], b)
+        # B's candidates put in order: GPU 0, all Placement offered B.
+        self.assertEqual(['h1-rp0'], list(
+            state.allocation_candidates[0]['allocations']))
+        self.assertEqual((0,), getattr(state, filters.DECISION).ranked.gpus)
+        state.allocation_candidates = first
+        self.consume(state, a, instance_uuid=uuids.i1)
+        (payload,) = self.sent.placed()
+        self.assertEqual((uuids.i1, 'a', [2]), (
+            payload.instance_uuid, payload.request, payload.gpus))
+
+
+class GpuWeigherTest(handlers.FilterCase):
+    """GpuWeigher gives Nova's weighing the sum of the two weighers."""
+
+    def weigh(self, weigher_list, states, spec_obj):
+        return {w.obj.nodename: w.weight for w in
+                nova_weights.HostWeightHandler().get_weighed_objects(
+                    weigher_list, states, spec_obj)}
+
+    def states(self):
+        self.add_host('h1', 'A100-40GB', vgpu_type='A100-10C')
+        self.add_host('h2', 'A100-40GB', vgpu_type='A100-10C', used={0: 2})
+        self.add_host('h3', 'A100-40GB', vgpu_type='A100-10C', per_numa=2,
+                      used={1: 3})
+        self.add_host('h4', 'H100-80GB', vgpu_type='H100-10C')
+        return [self.host_state(name, [candidate(name + '-rp%d' % i)
+                                       for i in range(4)])
+                for name in ('h1', 'h2', 'h3', 'h4')]
+
+    def assert_same_weights(self, states, spec_obj):
+        self.run_filter(states, spec_obj)
+        two = self.weigh(self.weighers, states, spec_obj)
+        one = self.weigh([weighers.GpuWeigher()], states, spec_obj)
+        self.assertEqual(sorted(two), sorted(one))
+        for name in two:
+            self.assertAlmostEqual(two[name], one[name], places=12)
+        return one
+
+    def test_same_weights_as_both_weighers(self):
+        states = self.states()
+        spec_obj = self.request(resources__VGPU='1')
+        one = self.assert_same_weights(states, spec_obj)
+        self.assertNotEqual(1, len(set(one.values())), one)
+
+    def test_multipliers_and_aggregate_overrides(self):
+        self.conf.set_override('fragmentation_weight_multiplier', 2.5,
+                               'gpu_scheduler')
+        self.conf.set_override('topology_weight_multiplier', -1.0,
+                               'gpu_scheduler')
+        self.weighers = [weighers.GpuFragmentationWeigher(),
+                         weighers.GpuTopologyWeigher()]
+        states = self.states()
+        states[1].aggregates = [objects.Aggregate(
+            id=1, name='a', hosts=['h2'],
+            metadata={'gpu_fragmentation_weight_multiplier': '-4',
+                      'gpu_topology_weight_multiplier': '3'})]
+        self.assert_same_weights(states, self.request(resources__VGPU='1'))
+
+    def test_ties_stay_ties(self):
+        self.add_host('h1', 'A100-40GB', vgpu_type='A100-10C', used={0: 1})
+        self.add_host('h2', 'A100-40GB', vgpu_type='A100-10C', used={0: 1})
+        states = [self.host_state('h1', [candidate('h1-rp0')]),
+                  self.host_state('h2', [candidate('h2-rp0')])]
+        spec_obj = self.request(resources__VGPU='1')
+        self.run_filter(states, spec_obj)
+        self.assertEqual({'h1': 0.0, 'h2': 0.0},
+                         self.weigh([weighers.GpuWeigher()], states,
+                                    spec_obj))
+
+    def test_error_on_one_host_weighs_it_neutral(self):
+        log = self.useFixture(fixtures.FakeLogger(level=logging.WARNING))
+        states = self.states()
+        spec_obj = self.request(resources__VGPU='1')
+        self.run_filter(states, spec_obj)
+        real = filters.decision_of
+
+        def decision_of(host_state, spec):
+            if host_state.nodename == 'h2':
+                raise ValueError('boom')
+            return real(host_state, spec)
+        self.useFixture(fixtures.MonkeyPatch(
+            'nova_gpu.scheduler.filters.decision_of', decision_of))
+        weights = self.weigh([weighers.GpuWeigher()], states, spec_obj)
+        self.assertEqual(4, len(weights))
+        self.assertIn('GpuWeigher contained an error on host h2',
+                      log.output)
+
+
+class _RealNova:
+    """Real boots through Nova's own claim loop, in this mode."""
+
+    NOVA_CONF = cloud.SELECTED_HOST_CONF
+
+    def setUp(self):
+        super().setUp()
+        # Nova's test logging is at DEBUG, where SchedulerManager logs
+        # every filtered and weighed HostState, whose repr reads the
+        # number of its candidates (and so puts them in order): as in a
+        # scheduler without debug, only the hosts Nova claims on (and its
+        # alternates) are read here.
+        manager_log = logging.getLogger('nova.scheduler.manager')
+        self.addCleanup(manager_log.setLevel, manager_log.level)
+        manager_log.setLevel(logging.INFO)
+
+
+class PluginPlacementTest(_RealNova,
+                          test_gpu_scheduling.PluginPlacementTest):
+
+    def test_only_the_claimed_hosts_candidates_are_ordered(self):
+        # No alternates: Nova reads the candidates of the host it claims
+        # on only.
+        self.flags(max_attempts=1, group='scheduler')
+        server = self.boot(self.create_gpu_flavor({'resources:VGPU': '1'}))
+        decisions = self._decisions[server['id']]
+        host = self.host_of(server)
+        self.assertIsNone(decisions[host].ranking)
+        self.assertIsNotNone(decisions[host].order)
+        self.assertEqual(self.gpus_of(server), list(self.ranked_first(
+            server)))
+        others = [d for name, d in decisions.items()
+                  if name != host and d.why is None]
+        self.assertEqual(2, len(others))
+        for decision in others:
+            self.assertIsNotNone(decision.ranking)
+            self.assertIsNone(decision.order)
+
+
+class PluginPathsTest(_RealNova, test_gpu_paths.PluginPathsTest):
+    pass
+
+
+class PluginTopologyTest(_RealNova, test_gpu_paths.PluginTopologyTest):
+    pass
