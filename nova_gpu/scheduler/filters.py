@@ -143,10 +143,10 @@ class GpuFilter(filters.CandidateFilterMixin, filters.BaseHostFilter):
         HostState for the weighers (and in ``chosen``, by nodename, when
         it stands for a GPU set among Placement's candidates: see
         ``_PASSES``). ``later``: the candidates are put in order when Nova
-        reads them (``OrderedOnRead``), not here. Whatever goes wrong with one host (a report the
-        parser let through that the engine still cannot rank, a bug)
-        refuses that host with the reason and leaves every other host,
-        and every other request, as they were.
+        reads them (``OrderedOnRead``), not here. Whatever goes wrong
+        with one host (a report the parser let through that the engine
+        still cannot rank, a bug) refuses that host with the reason and
+        leaves every other host, and every other request, as they were.
         """
         previous = getattr(host_state, DECISION, None)
         if previous is not None:

@@ -22,7 +22,8 @@ from nova_gpu.testing import cloud
 from tests.functional.scheduler import test_filter_handlers as handlers
 from tests.functional.scheduler import test_gpu_paths
 from tests.functional.scheduler import test_gpu_scheduling
-from tests.functional.scheduler.test_filter_handlers import candidate
+
+candidate = handlers.candidate
 
 
 class SelectedHostMixin:
@@ -39,8 +40,6 @@ class ContainmentTest(SelectedHostMixin, handlers.ContainmentTest):
 
 class WeigherTiesTest(SelectedHostMixin, handlers.WeigherTiesTest):
     pass
-
-
 
 
 class FilterTest(SelectedHostMixin, handlers.FilterTest):
