@@ -14,8 +14,8 @@ the order it leaves is the order Nova claims in.
 """
 
 import collections
-import itertools
 import logging
+import operator
 import weakref
 
 from nova.scheduler import filters
@@ -148,11 +148,9 @@ class GpuFilter(filters.CandidateFilterMixin, filters.BaseHostFilter):
         still cannot rank, a bug) refuses that host with the reason and
         leaves every other host, and every other request, as they were.
         """
-        previous = getattr(host_state, DECISION, None)
-        if previous is not None:
-            # Consumed: a pass that fails below must not count its claim
-            # twice.
-            setattr(host_state, DECISION, None)
+        # Consumed: a pass that fails below must not count its claim
+        # twice.
+        previous = host_state.__dict__.pop(DECISION, None)
         if view is None:
             view = self.view
         try:
@@ -416,24 +414,24 @@ def _field(obj, name):
     return getattr(obj, name) if value is _UNSET else value
 
 
+# The fields ``_cell_usage`` reads, at once.
+_CELL_USAGE = operator.itemgetter(*_CELL_FIELDS)
+
+
 def _cell_usage(cell):
     """``(id, cpu_milli, cpu_used, memory_mib, memory_used)`` of a Nova
     NUMACell: CPUs dedicated ones (pinned) when the cell has any, else
     shared ones (their usage).
     """
-    cid, pcpus, pinned, cpus, cpu_usage, memory, memory_used = map(
-        getattr(cell, '__dict__', _NO_FIELDS).get, _CELL_FIELDS,
-        itertools.repeat(_UNSET))
-    if pcpus is _UNSET or cid is _UNSET or memory is _UNSET \
-            or memory_used is _UNSET:
+    try:
+        cid, pcpus, pinned, cpus, cpu_usage, memory, memory_used = \
+            _CELL_USAGE(cell.__dict__)
+    except (AttributeError, KeyError):
+        # A field unset (or not a Nova object): through the properties.
         return _cell_usage_slow(cell)
     if pcpus:
-        if pinned is _UNSET:
-            return _cell_usage_slow(cell)
         return (cid, len(pcpus) * 1000, len(pinned or ()) * 1000, memory,
                 memory_used)
-    if cpus is _UNSET or cpu_usage is _UNSET:
-        return _cell_usage_slow(cell)
     return cid, len(cpus) * 1000, cpu_usage * 1000, memory, memory_used
 
 
