@@ -95,6 +95,8 @@ function configure_nova_gpu_scheduler {
         "$NOVA_GPU_FRAGMENTATION_WEIGHT"
     iniset "$NOVA_CONF" gpu_scheduler topology_weight_multiplier \
         "$NOVA_GPU_TOPOLOGY_WEIGHT"
+    iniset "$NOVA_CONF" gpu_scheduler candidate_order \
+        "$NOVA_GPU_CANDIDATE_ORDER"
     if [[ -n "$NOVA_GPU_MAX_ALLOCATION_CANDIDATES" && \
             -f "${PLACEMENT_CONF:-}" ]]; then
         # Breadth-first so that the capped set still covers every host.

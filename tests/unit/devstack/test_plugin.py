@@ -131,6 +131,8 @@ class DevstackPluginTest(testtools.TestCase):
             'fragmentation_weight_multiplier'])
         self.assertEqual(['10.0'], conf['gpu_scheduler'][
             'topology_weight_multiplier'])
+        self.assertEqual(['every_host'],
+                         conf['gpu_scheduler']['candidate_order'])
         placement = parse_ini(self.placement_conf)['placement']
         self.assertEqual(['1000'], placement['max_allocation_candidates'])
         self.assertEqual(['breadth-first'], placement[
