@@ -38,10 +38,9 @@ SELECTED_HOST = 'selected_host'
 
 # At most this many per-host reasons go into the NoValidHost log line.
 MAX_REASONS = 20
-# HostState attributes this plugin sets: its decision (read by the
-# weighers) and the NUMA cells of the HostState's numa_topology.
+# HostState attribute this plugin sets: its decision (read by the
+# weighers; it also keeps the NUMA cell usage read from the HostState).
 DECISION = 'nova_gpu_decision'
-_CELLS = '_nova_gpu_cells'
 # The decisions of each request's current pass, by RequestSpec: (instance
 # UUID, {nodename: Decision}) of the hosts that passed with a GPU set
 # chosen among Placement's candidates, read when Nova places the instance
@@ -88,7 +87,9 @@ class GpuFilter(filters.CandidateFilterMixin, filters.BaseHostFilter):
         reasons, passed = [], 0
         refusals = collections.Counter()
         chosen = {}
-        _PASSES[spec_obj] = (request.instance_uuid, chosen)
+        record = _Pass(request.instance_uuid, chosen)
+        _PASSES[spec_obj] = record
+        hosts, decisions = record.hosts, record.decisions
         check = self._check
         view = self.view
         # Multi-create passes drop the providers earlier instances filled
@@ -96,9 +97,11 @@ class GpuFilter(filters.CandidateFilterMixin, filters.BaseHostFilter):
         later = (not request.multi and
                  CONF.gpu_scheduler.candidate_order == SELECTED_HOST)
         for host_state in filter_obj_list:
-            why = check(host_state, request, debug, chosen, view, later)
+            why = check(host_state, request, debug, chosen, view, later,
+                        decisions)
             if why is None:
                 passed += 1
+                hosts.append(host_state)
                 yield host_state
             else:
                 LOG.debug('GpuFilter: %s refused: %s', host_state.nodename,
@@ -136,14 +139,16 @@ class GpuFilter(filters.CandidateFilterMixin, filters.BaseHostFilter):
         return self._last_request
 
     def _check(self, host_state, request, debug=False, chosen=None,
-               view=None, later=False):
+               view=None, later=False, decisions=None):
         """None if ``host_state`` passes, else the reason it does not.
 
         One question to the view, one Decision back, left on the
         HostState for the weighers (and in ``chosen``, by nodename, when
         it stands for a GPU set among Placement's candidates: see
         ``_PASSES``). ``later``: the candidates are put in order when Nova
-        reads them (``OrderedOnRead``), not here. Whatever goes wrong
+        reads them (``OrderedOnRead``), not here. ``decisions``: a list
+        the Decision is appended to when the host passes. Whatever goes
+        wrong
         with one host (a report the parser let through that the engine
         still cannot rank, a bug) refuses that host with the reason and
         leaves every other host, and every other request, as they were.
@@ -159,16 +164,17 @@ class GpuFilter(filters.CandidateFilterMixin, filters.BaseHostFilter):
                 # Left by an earlier pass on this HostState (Nova reuses a
                 # host's candidates for every instance of a request).
                 candidates = candidates.as_left()
+            numa = _numa_usage(host_state, request.spec, previous)
             decision = view.decide(
                 request, host_state.nodename, host_state.num_instances,
-                _cells(host_state, request.spec), candidates, previous,
-                later)
+                numa[1], candidates, previous, later)
         except Exception as e:
             why = 'GPU view of this host is unusable: %s: %s' % (
                 type(e).__name__, e)
             contained(view.get(host_state.nodename),
                       host_state.nodename, 'GpuFilter', why)
             return why
+        decision.numa = numa
         setattr(host_state, DECISION, decision)
         if decision.ranking is not None:
             later = host_state.allocation_candidates = OrderedOnRead(
@@ -176,6 +182,8 @@ class GpuFilter(filters.CandidateFilterMixin, filters.BaseHostFilter):
             later._decision = decision
             if chosen is not None:
                 chosen[host_state.nodename] = decision
+            if decisions is not None:
+                decisions.append(decision)
             return None
         order = decision.order
         if order is not None:
@@ -188,7 +196,25 @@ class GpuFilter(filters.CandidateFilterMixin, filters.BaseHostFilter):
             if chosen is not None and decision.ranked is not None \
                     and decision.why is None:
                 chosen[host_state.nodename] = decision
+        if decisions is not None and decision.why is None:
+            decisions.append(decision)
         return decision.why
+
+
+class _Pass:
+    """One pass of GpuFilter for one instance (``_PASSES``): the hosts
+    that passed and their decisions, in the order Nova got them, and the
+    decisions that chose a GPU set among Placement's candidates, by
+    nodename.
+    """
+
+    __slots__ = ('instance_uuid', 'chosen', 'hosts', 'decisions')
+
+    def __init__(self, instance_uuid, chosen):
+        self.instance_uuid = instance_uuid
+        self.chosen = chosen
+        self.hosts = []
+        self.decisions = []
 
 
 class OrderedOnRead(list):
@@ -303,6 +329,26 @@ class OrderedOnRead(list):
         return list.count(self, item)
 
 
+def decisions_of(host_states, spec_obj):
+    """The Decisions of ``spec_obj``'s current pass for ``host_states``,
+    in their order, when they are the hosts that pass let through, in the
+    order it did (Nova weighs the filtered hosts in the order the filters
+    left them); else None (``decision_of`` host by host).
+
+    Taken from the pass, not from each HostState: nothing is read from
+    the hosts but their identity, and a concurrent request filtering the
+    same HostStates meanwhile does not hide this request's decisions.
+    """
+    found = _PASSES.get(spec_obj)
+    if found is None:
+        return None
+    hosts = found.hosts
+    if len(hosts) != len(host_states) or not all(
+            map(operator.is_, hosts, host_states)):
+        return None
+    return found.decisions
+
+
 def decision_of(host_state, spec_obj):
     """The Ranked GpuFilter chose on ``host_state`` for ``spec_obj``, or
     None (another request's decision, or none).
@@ -329,10 +375,11 @@ def notify_placed(host_state, spec_obj, instance_uuid=None):
         found = _PASSES.pop(spec_obj, None)
         if found is None:
             return False
-        uuid, chosen = found
-        if instance_uuid is not None and uuid != instance_uuid:
+        if instance_uuid is not None and \
+                found.instance_uuid != instance_uuid:
             return False
-        decision = chosen.get(host_state.nodename)
+        uuid = found.instance_uuid
+        decision = found.chosen.get(host_state.nodename)
         if decision is None:
             return False
         if decision.ranking is not None:
@@ -370,26 +417,41 @@ def contained(entry, nodename, who, why):
                 why)
 
 
-def _cells(host_state, spec):
-    """NUMA cell usage from Nova's HostState, when affinity matters."""
+_NO_NUMA = (None, None)
+
+
+def _numa_usage(host_state, spec, previous=None):
+    """``(numa_topology, cells)``: Nova's NUMA topology object of the host
+    and its cell usage (``_cells``), or ``(None, None)`` when affinity
+    does not matter.
+
+    Nova replaces the object whenever the usage changes, so the usage
+    ``previous`` (the Decision of the last pass on this HostState) read
+    from the same object is still true: kept on the Decision, not on the
+    HostState, so that a pass touches the HostState as little as it can.
+    """
     if spec.alternatives[0].numa_affinity == 'none':
-        return None
+        return _NO_NUMA
     topo = host_state.numa_topology
-    # Nova replaces the object whenever the usage changes: memoise on the
-    # HostState, next to the object it was computed from.
-    known = getattr(host_state, _CELLS, None)
-    if known is not None and known[0] is topo:
-        return known[1]
+    if previous is not None:
+        known = previous.numa
+        if known is not None and known[0] is topo:
+            return known
     if topo is None:
-        return None
+        return _NO_NUMA
     # Not ``not topo``: NUMATopology.__len__ reads ``cells`` through its
     # property.
     cells = _field(topo, 'cells')
     if not cells:
-        return None
-    result = tuple(map(_cell_usage, cells))
-    setattr(host_state, _CELLS, (topo, result))
-    return result
+        return (topo, None)
+    return (topo, tuple(map(_cell_usage, cells)))
+
+
+def _cells(host_state, spec):
+    """NUMA cell usage from Nova's HostState, when affinity matters:
+    ``((id, cpu_milli, cpu_used, memory_mib, memory_used), ...)``.
+    """
+    return _numa_usage(host_state, spec)[1]
 
 
 # Where an oslo.versionedobjects object keeps a set field (its property

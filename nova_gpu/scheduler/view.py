@@ -93,7 +93,7 @@ class Decision:
 
     __slots__ = ('request', 'spec_ref', 'instance_uuid', 'num_instances',
                  'ranked', 'why', 'order', 'entry', 'claimed', 'full',
-                 'ranking')
+                 'ranking', 'numa')
 
     def __init__(self, request, num_instances, ranked=None, why=None,
                  order=None, entry=None, claimed=None, full=None,
@@ -111,6 +111,9 @@ class Decision:
         # The host's Ranking while its candidates wait to be put in order
         # (``GpuView.order_candidates``), else None.
         self.ranking = ranking
+        # (Nova's NUMATopology, its cell usage) the filter read (kept for
+        # the next pass on the same HostState: ``filters._numa_usage``).
+        self.numa = None
 
     def settle(self, settled):
         """Take what ``GpuView.order_candidates`` found."""

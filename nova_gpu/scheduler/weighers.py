@@ -18,6 +18,7 @@ GpuFilter enabled: it leaves its decision on each host's HostState
 (``filters.decision_of``), where Nova keeps per-host results.
 """
 
+import itertools
 import operator
 
 from nova.scheduler import utils
@@ -96,6 +97,7 @@ class GpuTopologyWeigher(_GpuWeigher):
 
 
 _OBJ = operator.attrgetter('obj')
+_RANKED = operator.attrgetter('ranked')
 _AGGREGATES = operator.attrgetter('aggregates')
 _NEUTRAL = (0.0, 0.0)
 
@@ -128,7 +130,13 @@ class GpuWeigher(weights.BaseHostWeigher):
         hosts = list(map(_OBJ, weighed_obj_list))
         # Hosts in the same state share one Ranked: each weighed once.
         memo = {}
-        pairs = [self._pair(host, weight_properties, memo) for host in hosts]
+        decisions = filters.decisions_of(hosts, weight_properties)
+        if decisions is not None:
+            pairs = list(map(self._pair_of, map(_RANKED, decisions),
+                             itertools.repeat(memo), hosts))
+        else:
+            pairs = [self._pair(host, weight_properties, memo)
+                     for host in hosts]
         aggregates = any(map(_AGGREGATES, hosts))
         total = None
         for part, raw in zip(self._parts, zip(*pairs)):
@@ -149,21 +157,32 @@ class GpuWeigher(weights.BaseHostWeigher):
         weighers give them (neutral for a host whose state is bad).
         """
         try:
-            ranked = filters.decision_of(host_state, spec_obj)
-            if ranked is None:
-                return _NEUTRAL
-            found = memo.get(id(ranked))
-            if found is None:
-                found = memo[id(ranked)] = tuple(
-                    round(float(part._weight(ranked)), DIGITS)
-                    for part in self._parts)
-            return found
+            return self._pair_of(filters.decision_of(host_state, spec_obj),
+                                 memo, host_state)
         except Exception as e:
-            decision = getattr(host_state, filters.DECISION, None)
-            filters.contained(getattr(decision, 'entry', None),
-                              host_state.nodename, type(self).__name__,
-                              '%s: %s' % (type(e).__name__, e))
+            self._contained(host_state, e)
             return _NEUTRAL
+
+    def _pair_of(self, ranked, memo, host_state):
+        """``_pair`` of the Ranked the filter chose (None: neutral)."""
+        if ranked is None:
+            return _NEUTRAL
+        found = memo.get(id(ranked))
+        if found is None:
+            try:
+                found = tuple(round(float(part._weight(ranked)), DIGITS)
+                              for part in self._parts)
+            except Exception as e:
+                self._contained(host_state, e)
+                found = _NEUTRAL
+            memo[id(ranked)] = found
+        return found
+
+    def _contained(self, host_state, error):
+        entry = getattr(getattr(host_state, filters.DECISION, None),
+                        'entry', None)
+        filters.contained(entry, host_state.nodename, type(self).__name__,
+                          '%s: %s' % (type(error).__name__, error))
 
     def _weigh_object(self, host_state, weight_properties):
         # Nova's abstract per-host method; weigh_objects does it all.

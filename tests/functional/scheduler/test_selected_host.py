@@ -270,18 +270,50 @@ class GpuWeigherTest(handlers.FilterCase):
         states = self.states()
         spec_obj = self.request(resources__VGPU='1')
         self.run_filter(states, spec_obj)
-        real = filters.decision_of
+        bad = getattr(states[1], filters.DECISION).ranked
+        real = weighers.GpuTopologyWeigher._weight
 
-        def decision_of(host_state, spec):
-            if host_state.nodename == 'h2':
+        def weight(weigher, ranked):
+            if ranked is bad:
                 raise ValueError('boom')
-            return real(host_state, spec)
+            return real(weigher, ranked)
         self.useFixture(fixtures.MonkeyPatch(
-            'nova_gpu.scheduler.filters.decision_of', decision_of))
+            'nova_gpu.scheduler.weighers.GpuTopologyWeigher._weight',
+            weight))
         weights = self.weigh([weighers.GpuWeigher()], states, spec_obj)
         self.assertEqual(4, len(weights))
-        self.assertIn('GpuWeigher contained an error on host h2',
+        self.assertIn('GpuWeigher contained an error on host h2 ',
                       log.output)
+        self.assertIn('weighed neutral: ValueError: boom', log.output)
+        # Not from this pass (or another filter dropped hosts since): read
+        # host by host, from each HostState, and contained the same way.
+        self.useFixture(fixtures.MonkeyPatch(
+            'nova_gpu.scheduler.filters.decisions_of', lambda *a: None))
+        self.useFixture(fixtures.MonkeyPatch(
+            'nova_gpu.scheduler.filters.decision_of',
+            lambda *a: (_ for _ in ()).throw(KeyError('gone'))))
+        self.add_host('h1', 'A100-40GB', vgpu_type='A100-10C',
+                      generation=2)  # a new report: logged again
+        weights = self.weigh([weighers.GpuWeigher()], states, spec_obj)
+        self.assertEqual({'h1': 0.0, 'h2': 0.0, 'h3': 0.0, 'h4': 0.0},
+                         weights)
+        self.assertIn('GpuWeigher contained an error on host h1 ',
+                      log.output)
+        self.assertIn("weighed neutral: KeyError: 'gone'", log.output)
+
+    def test_weighs_this_passs_decisions(self):
+        states = self.states()
+        spec_obj = self.request(resources__VGPU='1')
+        self.run_filter(states, spec_obj)
+        expected = self.weigh([weighers.GpuWeigher()], states, spec_obj)
+        # Another request filters the same HostStates meanwhile: its
+        # decisions replace this one's there, not in this pass's record.
+        self.run_filter(states, self.request(resources__VGPU='1'))
+        self.assertEqual(expected, self.weigh([weighers.GpuWeigher()],
+                                              states, spec_obj))
+        # A filter after GpuFilter dropped a host: host by host.
+        self.assertIsNone(filters.decisions_of(states[1:], spec_obj))
+        self.assertIsNotNone(filters.decisions_of(states, spec_obj))
 
 
 class _RealNova:
