@@ -444,7 +444,18 @@ def _numa_usage(host_state, spec, previous=None):
     cells = _field(topo, 'cells')
     if not cells:
         return (topo, None)
-    return (topo, tuple(map(_cell_usage, cells)))
+    try:
+        # Every cell's fields at once, at C speed (a cold pass reads every
+        # cell of every host).
+        fields = list(map(_CELL_USAGE, map(_DICT, cells)))
+    except (AttributeError, KeyError):
+        return (topo, tuple(map(_cell_usage, cells)))
+    return (topo, tuple([
+        (cid, len(pcpus) * 1000, len(pinned or ()) * 1000, memory,
+         memory_used) if pcpus else
+        (cid, len(cpus) * 1000, cpu_usage * 1000, memory, memory_used)
+        for cid, pcpus, pinned, cpus, cpu_usage, memory, memory_used
+        in fields]))
 
 
 def _cells(host_state, spec):
@@ -478,6 +489,7 @@ def _field(obj, name):
 
 # The fields ``_cell_usage`` reads, at once.
 _CELL_USAGE = operator.itemgetter(*_CELL_FIELDS)
+_DICT = operator.attrgetter('__dict__')
 
 
 def _cell_usage(cell):

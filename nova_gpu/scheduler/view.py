@@ -238,8 +238,12 @@ class GpuView:
         if last is not None and last[0] == key:
             ranking = last[1]
         else:
-            ranking = self.ranking(entry, spec, cells, request.token,
-                                   request.rankings, key)
+            # Hosts in the same state as one seen earlier in this pass.
+            ranking = request.rankings.get(key)
+            if ranking is None:
+                ranking = self.ranking(entry, spec, cells, request.token,
+                                       request.rankings, key)
+            entry.last_ranking = (key, ranking)
         if not ranking.items:
             return Decision(request, num_instances, why=ranking.why,
                             entry=entry, full=full)

@@ -54,8 +54,15 @@ class CellsTest(base.TestCase):
 
     def _both(self, topo):
         from nova_gpu.scheduler import filters
-        return (tuple(map(filters._cell_usage, topo.cells)),
-                tuple(map(filters._cell_usage_slow, topo.cells)))
+        fast = tuple(map(filters._cell_usage, topo.cells))
+        # The filter reads all of a host's cells at once: the same.
+        state = host_manager.HostState('h1', 'h1', 'cell')
+        state.numa_topology = topo
+        spec = types.SimpleNamespace(alternatives=[types.SimpleNamespace(
+            numa_affinity='prefer')])
+        self.assertEqual((topo, fast),
+                         filters._numa_usage(state, spec))
+        return fast, tuple(map(filters._cell_usage_slow, topo.cells))
 
     def test_dedicated_cells_read_as_the_properties_give(self):
         fast, slow = self._both(_topology(pinned={1, 2, 9},
@@ -86,6 +93,21 @@ class CellsTest(base.TestCase):
             self.assertEqual(
                 self._result_of(filters._cell_usage_slow, cell),
                 self._result_of(filters._cell_usage, cell), field)
+            # So does reading a host's cells at once.
+            topo = _topology(pinned={1})
+            delattr(topo.cells[1], field)
+            state = host_manager.HostState('h1', 'h1', 'cell')
+            state.numa_topology = topo
+            spec = types.SimpleNamespace(alternatives=[
+                types.SimpleNamespace(numa_affinity='prefer')])
+            try:
+                cells = filters._numa_usage(state, spec)[1]
+            except Exception as e:
+                cells = type(e)
+            expected = self._result_of(
+                lambda t: tuple(map(filters._cell_usage_slow, t.cells)),
+                topo)
+            self.assertEqual(expected, cells, field)
 
     def test_filter_reads_each_hosts_own_topology(self):
         from nova_gpu.scheduler import filters
