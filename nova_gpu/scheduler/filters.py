@@ -41,11 +41,11 @@ MAX_REASONS = 20
 # HostState attribute this plugin sets: its decision (read by the
 # weighers; it also keeps the NUMA cell usage read from the HostState).
 DECISION = 'nova_gpu_decision'
-# The decisions of each request's current pass, by RequestSpec: (instance
-# UUID, {nodename: Decision}) of the hosts that passed with a GPU set
-# chosen among Placement's candidates, read when Nova places the instance
-# (``notify_placed``). Per request, not on the HostState: another request
-# may filter the same HostState while Nova claims for this one.
+# The decisions of each request's current pass, by RequestSpec (a
+# ``_Pass``): read by GpuWeigher (``decisions_of``) and when Nova places
+# the instance (``notify_placed``). Per request, not on the HostState:
+# another request may filter the same HostState while Nova weighs or
+# claims for this one.
 _PASSES = weakref.WeakKeyDictionary()
 
 
@@ -148,10 +148,10 @@ class GpuFilter(filters.CandidateFilterMixin, filters.BaseHostFilter):
         ``_PASSES``). ``later``: the candidates are put in order when Nova
         reads them (``OrderedOnRead``), not here. ``decisions``: a list
         the Decision is appended to when the host passes. Whatever goes
-        wrong
-        with one host (a report the parser let through that the engine
-        still cannot rank, a bug) refuses that host with the reason and
-        leaves every other host, and every other request, as they were.
+        wrong with one host (a report the parser let through that the
+        engine still cannot rank, a bug) refuses that host with the reason
+        and leaves every other host, and every other request, as they
+        were.
         """
         # Consumed: a pass that fails below must not count its claim
         # twice.
