@@ -14,6 +14,7 @@ the order it leaves is the order Nova claims in.
 """
 
 import collections
+import itertools
 import logging
 import operator
 import weakref
@@ -450,12 +451,7 @@ def _numa_usage(host_state, spec, previous=None):
         fields = list(map(_CELL_USAGE, map(_DICT, cells)))
     except (AttributeError, KeyError):
         return (topo, tuple(map(_cell_usage, cells)))
-    return (topo, tuple([
-        (cid, len(pcpus) * 1000, len(pinned or ()) * 1000, memory,
-         memory_used) if pcpus else
-        (cid, len(cpus) * 1000, cpu_usage * 1000, memory, memory_used)
-        for cid, pcpus, pinned, cpus, cpu_usage, memory, memory_used
-        in fields]))
+    return (topo, tuple(itertools.starmap(_usage, fields)))
 
 
 def _cells(host_state, spec):
@@ -498,11 +494,15 @@ def _cell_usage(cell):
     shared ones (their usage).
     """
     try:
-        cid, pcpus, pinned, cpus, cpu_usage, memory, memory_used = \
-            _CELL_USAGE(cell.__dict__)
+        fields = _CELL_USAGE(cell.__dict__)
     except (AttributeError, KeyError):
         # A field unset (or not a Nova object): through the properties.
         return _cell_usage_slow(cell)
+    return _usage(*fields)
+
+
+def _usage(cid, pcpus, pinned, cpus, cpu_usage, memory, memory_used):
+    """``_cell_usage`` of the fields ``_CELL_USAGE`` read."""
     if pcpus:
         return (cid, len(pcpus) * 1000, len(pinned or ()) * 1000, memory,
                 memory_used)

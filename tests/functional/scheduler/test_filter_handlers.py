@@ -501,6 +501,9 @@ class PlacedNotificationTest(FilterCase):
         # Placement offered B only GPU 0 meanwhile.
         state.allocation_candidates = [candidate('h1-rp0')]
         self.run_filter([state], b)
+        # B's candidates as Nova reads them: GPU 0, all Placement offered.
+        self.assertEqual(['h1-rp0'], list(
+            state.allocation_candidates[0]['allocations']))
         self.assertEqual((0,), getattr(state, filters.DECISION).ranked.gpus)
         state.allocation_candidates = first
         self.consume(state, a, instance_uuid=uuids.i1)
