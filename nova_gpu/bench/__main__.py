@@ -23,6 +23,10 @@ def main(argv=None):
                         help='fewer seeds (simulator), for a smoke run')
     args = parser.parse_args(argv)
     wanted = args.only.split(',') if args.only else MODULES
+    unknown = [name for name in wanted if name not in MODULES]
+    if unknown:
+        parser.error('no such benchmark: %s (choose from %s)' % (
+            ', '.join(unknown), ', '.join(MODULES)))
     status = 0
     for name in wanted:
         print('=' * 72)

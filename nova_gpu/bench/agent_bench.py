@@ -7,7 +7,9 @@ mdevctl, gcc). Target: discovery plus reconcile under one second.
 Run with ``tox -e bench`` or ``python -m nova_gpu.bench.agent_bench``.
 """
 
+import argparse
 import statistics
+import sys
 import time
 
 from nova_gpu import tables
@@ -95,5 +97,12 @@ def run():
         host.cleanUp()
 
 
+def main(argv=None):
+    argparse.ArgumentParser(
+        prog='python -m nova_gpu.bench.agent_bench',
+        description=__doc__.splitlines()[0]).parse_args(argv)
+    return 0 if run() is not False else 1
+
+
 if __name__ == '__main__':
-    run()
+    sys.exit(main())

@@ -3,6 +3,8 @@
 Run with ``tox -e bench`` or ``python -m nova_gpu.bench.core_bench``.
 """
 
+import argparse
+import sys
 import timeit
 
 from nova_gpu.core import catalog as catalog_mod
@@ -62,5 +64,23 @@ def run(number=3000):
     return rows
 
 
+def main(argv=None):
+    parser = argparse.ArgumentParser(
+        prog='python -m nova_gpu.bench.core_bench',
+        description='Placement engine: the cost of scoring one host.')
+    parser.add_argument('--number', type=_positive, default=3000,
+                        help='calls per timed run (warm memo)')
+    run(parser.parse_args(argv).number)
+    return 0
+
+
+def _positive(text):
+    value = int(text)
+    if value < 10:
+        raise argparse.ArgumentTypeError('must be at least 10, not %s'
+                                         % text)
+    return value
+
+
 if __name__ == '__main__':
-    run()
+    sys.exit(main())

@@ -11,10 +11,12 @@ Every part is bounded in time and sends traffic only to 127.0.0.1.
 Run with ``tox -e bench -- --only reliability``.
 """
 
+import argparse
 import dataclasses
 import importlib
 import json
 import os
+import sys
 import time
 import traceback
 
@@ -122,9 +124,39 @@ def _markdown(rows):
     return tables.markdown(HEADER, _cells(rows)) + '\n'
 
 
+def main(argv=None):
+    parser = argparse.ArgumentParser(
+        prog='python -m nova_gpu.bench.reliability',
+        description='The reliability suite: %s.' % '; '.join(
+            '%s, %s' % part for part in PARTS))
+    # Not ``choices``: Python 3.11's argparse refuses an empty list then.
+    parser.add_argument('parts', nargs='*', metavar='PART',
+                        help='parts to run (default: all): %s'
+                        % ', '.join(part for part, _what in PARTS))
+    parser.add_argument('--quick', action='store_true',
+                        help='fewer trials, for a smoke run')
+    args = parser.parse_args(argv)
+    unknown = [p for p in args.parts if p not in dict(PARTS)]
+    if unknown:
+        parser.error('no such part: %s (choose from %s)' % (
+            ', '.join(unknown), ', '.join(dict(PARTS))))
+    return 0 if run(quick=args.quick, parts=args.parts) else 1
+
+
+def part_main(part, run_part, argv=None):
+    """``python -m nova_gpu.bench.reliability_<part> [--quick]``: one
+    part alone, its table printed, not saved; exit status 1 if a figure
+    misses its bound.
+    """
+    parser = argparse.ArgumentParser(
+        prog='python -m nova_gpu.bench.reliability_' + part,
+        description=dict(PARTS)[part])
+    parser.add_argument('--quick', action='store_true',
+                        help='fewer trials, for a smoke run')
+    rows = list(run_part(quick=parser.parse_args(argv).quick))
+    print(table(rows))
+    return 0 if all(r.ok for r in rows) else 1
+
+
 if __name__ == '__main__':
-    import sys
-    wanted = sys.argv[1:]
-    sys.exit(0 if run(quick='--quick' in wanted,
-                      parts=[w for w in wanted if w != '--quick'])
-             else 1)
+    sys.exit(main())

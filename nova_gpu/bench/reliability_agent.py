@@ -496,6 +496,4 @@ def run(quick=False):
 
 if __name__ == '__main__':
     from nova_gpu.bench import reliability
-    rows = run(quick='--quick' in sys.argv)
-    print(reliability.table(rows))
-    sys.exit(0 if all(r.ok for r in rows) else 1)
+    sys.exit(reliability.part_main(PART, run))

@@ -657,3 +657,10 @@ def run(quick=False):
         fig('stock Nova config: vGPUs free at exhaustion',
             stock.audit.free_at_exhaustion),
     ]
+
+
+if __name__ == '__main__':
+    import sys
+
+    from nova_gpu.bench import reliability
+    sys.exit(reliability.part_main('boots', run))

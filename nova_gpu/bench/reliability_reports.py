@@ -359,4 +359,4 @@ def _rank_all(view, entry, specs, examples):
 
 if __name__ == '__main__':
     import sys
-    print(reliability.table(run(quick='--quick' in sys.argv)))
+    sys.exit(reliability.part_main(PART, run))

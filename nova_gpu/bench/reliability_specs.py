@@ -402,3 +402,8 @@ def run(quick=False, seed=20261201):
     for line in tally.failures:
         print('  ' + line)
     return figures(tally, wanted)
+
+
+if __name__ == '__main__':
+    import sys
+    sys.exit(reliability.part_main(PART, run))

@@ -26,6 +26,7 @@ Run: ``python -m nova_gpu.bench.scheduler_cost [--cpu] [--no-in-tree]
 [hosts ...]``.
 """
 
+import argparse
 import gc
 import itertools
 import json
@@ -380,11 +381,37 @@ def run(sizes=(1000, 10000), out=sys.stdout, in_tree=True):
     return rows
 
 
-if __name__ == '__main__':
-    args = sys.argv[1:]
-    if '--cpu' in args:
-        args.remove('--cpu')
+def main(argv=None):
+    global CLOCK
+    parser = argparse.ArgumentParser(
+        prog='python -m nova_gpu.bench.scheduler_cost',
+        description=__doc__.splitlines()[0])
+    parser.add_argument('hosts', nargs='*', type=_hosts,
+                        default=[1000, 10000],
+                        help='cloud sizes, in hosts (default: 1000 10000)')
+    parser.add_argument('--cpu', action='store_true',
+                        help='measure CPU time, not wall time (steadier '
+                        'on a loaded machine)')
+    parser.add_argument('--no-in-tree', action='store_true',
+                        help='leave out Nova\'s in-tree PCI passthrough '
+                        'rows (the slow part)')
+    args = parser.parse_args(argv)
+    if args.cpu:
         CLOCK = time.process_time
-    in_tree = '--no-in-tree' not in args
-    args = [a for a in args if a != '--no-in-tree']
-    run(tuple(int(a) for a in args) or (1000, 10000), in_tree=in_tree)
+    run(tuple(args.hosts), in_tree=not args.no_in_tree)
+    return 0
+
+
+def _hosts(text):
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(
+            'a number of hosts is a positive integer, not %r' % text)
+    return value
+
+
+if __name__ == '__main__':
+    sys.exit(main())
