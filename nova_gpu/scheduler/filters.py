@@ -14,6 +14,7 @@ the order it leaves is the order Nova claims in.
 """
 
 import collections
+import datetime
 import itertools
 import logging
 import operator
@@ -136,8 +137,10 @@ class GpuFilter(filters.CandidateFilterMixin, filters.BaseHostFilter):
                 and last.spec is spec and last.instance_uuid
                 == getattr(spec_obj, 'instance_uuid', None)):
             return last
-        self._last_request = self.view.request(spec_obj, spec)
-        return self._last_request
+        request = self.view.request(spec_obj, spec)
+        request.numa_settled = numa_settled()
+        self._last_request = request
+        return request
 
     def _check(self, host_state, request, debug=False, chosen=None,
                view=None, later=False, decisions=None):
@@ -165,7 +168,8 @@ class GpuFilter(filters.CandidateFilterMixin, filters.BaseHostFilter):
                 # Left by an earlier pass on this HostState (Nova reuses a
                 # host's candidates for every instance of a request).
                 candidates = candidates.as_left()
-            numa = _numa_usage(host_state, request.spec, previous)
+            numa = _numa_usage(host_state, request.spec, previous,
+                               request.numa_settled)
             decision = view.decide(
                 request, host_state.nodename, host_state.num_instances,
                 numa[1], candidates, previous, later)
@@ -418,40 +422,81 @@ def contained(entry, nodename, who, why):
                 why)
 
 
-_NO_NUMA = (None, None)
+_NO_NUMA = (None, None, None)
+# How old a compute node's last update must be before the cell usage read
+# with it stands for every later copy of the same update. The database
+# keeps ``updated_at`` to the second (MySQL's DATETIME), so two updates in
+# one second can carry the same stamp; an update older than this, by the
+# scheduler's clock, cannot be followed by another with its stamp, as long
+# as the clocks of the scheduler and conductor hosts agree to within it.
+NUMA_SETTLE = datetime.timedelta(seconds=5)
 
 
-def _numa_usage(host_state, spec, previous=None):
-    """``(numa_topology, cells)``: Nova's NUMA topology object of the host
-    and its cell usage (``_cells``), or ``(None, None)`` when affinity
-    does not matter.
+def numa_settled(now=None):
+    """The newest compute-node update whose stamp names its content (see
+    ``NUMA_SETTLE``), by the scheduler's clock ``now`` (UTC).
+    """
+    return (now or datetime.datetime.now(datetime.timezone.utc)) - NUMA_SETTLE
 
-    Nova replaces the object whenever the usage changes, so the usage
-    ``previous`` (the Decision of the last pass on this HostState) read
-    from the same object is still true: kept on the Decision, not on the
-    HostState, so that a pass touches the HostState as little as it can.
+
+def _numa_usage(host_state, spec, previous=None, settled=None):
+    """``(numa_topology, cells, stamp)``: Nova's NUMA topology object of
+    the host, its cell usage (``_cells``) and the update it was read from,
+    or ``(None, None, None)`` when affinity does not matter.
+
+    The usage ``previous`` (the Decision of the last pass on this
+    HostState) holds is still true when the HostState has the same
+    object, or a new one of the same compute-node update. Nova gives a
+    HostState a new object whenever the scheduler consumes from it, and
+    also before every request, deserialised again from the compute node's
+    JSON (``HostState._update_from_compute_node`` skips only a HostState
+    newer than the compute node): the same usage, a new object, the same
+    ``HostState.updated``. That stamp names the content only once it is
+    older than ``settled`` (``numa_settled``; None: never), so only then
+    is it kept (``stamp``). Kept on the Decision, not on the HostState,
+    so that a pass touches the HostState as little as it can.
     """
     if spec.alternatives[0].numa_affinity == 'none':
         return _NO_NUMA
     topo = host_state.numa_topology
     if previous is not None:
         known = previous.numa
-        if known is not None and known[0] is topo:
-            return known
+        if known is not None:
+            if known[0] is topo:
+                return known
+            stamp = known[2]
+            if (stamp is not None and topo is not None
+                    and host_state.updated == stamp):
+                return (topo, known[1], stamp)
     if topo is None:
         return _NO_NUMA
+    stamp = _stamp(host_state, settled)
     # Not ``not topo``: NUMATopology.__len__ reads ``cells`` through its
     # property.
     cells = _field(topo, 'cells')
     if not cells:
-        return (topo, None)
+        return (topo, None, stamp)
     try:
         # Every cell's fields at once, at C speed (a cold pass reads every
         # cell of every host).
         fields = list(map(_CELL_USAGE, map(_DICT, cells)))
     except (AttributeError, KeyError):
-        return (topo, tuple(map(_cell_usage, cells)))
-    return (topo, tuple(itertools.starmap(_usage, fields)))
+        return (topo, tuple(map(_cell_usage, cells)), stamp)
+    return (topo, tuple(itertools.starmap(_usage, fields)), stamp)
+
+
+def _stamp(host_state, settled):
+    """``host_state.updated`` if it is not newer than ``settled``, else
+    None (also when either is unset, or one has a time zone and the other
+    none: such stamps are not compared).
+    """
+    updated = getattr(host_state, 'updated', None)
+    if updated is None or settled is None:
+        return None
+    try:
+        return updated if updated <= settled else None
+    except TypeError:
+        return None
 
 
 def _cells(host_state, spec):

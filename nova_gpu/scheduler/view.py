@@ -42,7 +42,7 @@ class Request:
     """One instance's scheduling pass, as the filter sees it."""
 
     __slots__ = ('spec', 'spec_ref', 'instance_uuid', 'token', 'multi',
-                 'rankings', 'classes', 'view')
+                 'rankings', 'classes', 'view', 'numa_settled')
 
     def __init__(self, spec_obj, spec, token, view=None):
         self.spec = spec
@@ -59,6 +59,9 @@ class Request:
         self.rankings = {}
         # The resource classes of a GPU allocation (``HostEntry.gpu_sets``).
         self.classes = hosts_mod.request_classes(spec.resource_class)
+        # Set by the filter (``filters.numa_settled``): compute-node
+        # updates older than this name the NUMA usage read with them.
+        self.numa_settled = None
 
 
 def _num_instances(spec_obj):

@@ -8,6 +8,7 @@ against the plain way on real Nova objects.
 """
 
 import copy
+import datetime
 import json
 import types
 
@@ -16,6 +17,7 @@ from nova.scheduler import host_manager
 from oslo_utils.fixture import uuidsentinel as uuids
 
 from tests.functional.scheduler import test_filter_handlers
+from tests.functional.scheduler.test_filter_handlers import candidate
 from tests.unit.scheduler import base
 
 
@@ -60,7 +62,7 @@ class CellsTest(base.TestCase):
         state.numa_topology = topo
         spec = types.SimpleNamespace(alternatives=[types.SimpleNamespace(
             numa_affinity='prefer')])
-        self.assertEqual((topo, fast),
+        self.assertEqual((topo, fast, None),
                          filters._numa_usage(state, spec))
         return fast, tuple(map(filters._cell_usage_slow, topo.cells))
 
@@ -124,6 +126,120 @@ class CellsTest(base.TestCase):
                          filters._cells(state, spec)[0])
         spec.alternatives[0].numa_affinity = 'none'
         self.assertIsNone(filters._cells(state, spec))
+
+
+class CellsOfOneUpdateTest(base.TestCase):
+    """Nova deserialises every host's NUMA topology again before every
+    request: the filter reads a host's cells once per compute-node update
+    (``HostState.updated``), once that update is old enough for its stamp
+    to name it (``filters.NUMA_SETTLE``).
+    """
+
+    NOW = datetime.datetime(2026, 12, 1, 12, 0, 0,
+                            tzinfo=datetime.timezone.utc)
+
+    def setUp(self):
+        super().setUp()
+        objects.register_all()
+        from nova_gpu.scheduler import filters
+        self.filters = filters
+        self.spec = types.SimpleNamespace(alternatives=[
+            types.SimpleNamespace(numa_affinity='prefer')])
+        self.state = host_manager.HostState('h1', 'h1', 'cell')
+        self.settled = filters.numa_settled(self.NOW)
+
+    def _read(self, topo, updated, previous=None, settled=None):
+        self.state.numa_topology = topo
+        self.state.updated = updated
+        return self.filters._numa_usage(
+            self.state, self.spec, previous,
+            self.settled if settled is None else settled)
+
+    def _decision(self, numa):
+        return types.SimpleNamespace(numa=numa)
+
+    def test_a_settled_update_is_read_once(self):
+        minute_ago = self.NOW - datetime.timedelta(minutes=1)
+        first = self._read(_topology(pinned={1}), minute_ago)
+        self.assertEqual(minute_ago, first[2])
+        # The next request: a new object of the same update. To show the
+        # cells are not read again, this one holds other usage (a real
+        # one of the same update holds the same).
+        again = _topology(pinned={1, 2, 3})
+        second = self._read(again, minute_ago, self._decision(first))
+        self.assertIs(again, second[0])
+        self.assertIs(first[1], second[1])
+        # Kept for the pass after, on the new object.
+        self.assertIs(second, self._read(again, minute_ago,
+                                         self._decision(second)))
+
+    def test_a_new_update_is_read(self):
+        minute_ago = self.NOW - datetime.timedelta(minutes=1)
+        first = self._read(_topology(pinned={1}), minute_ago)
+        later = self.NOW - datetime.timedelta(seconds=30)
+        second = self._read(_topology(pinned={1, 2, 3}), later,
+                            self._decision(first))
+        self.assertEqual(3000, second[1][0][2])
+        self.assertEqual(later, second[2])
+
+    def test_a_recent_update_is_read_every_time(self):
+        # Its stamp may be shared by a later update in the same second.
+        recent = self.NOW - self.filters.NUMA_SETTLE / 2
+        first = self._read(_topology(pinned={1}), recent)
+        self.assertIsNone(first[2])
+        second = self._read(_topology(pinned={1, 2}), recent,
+                            self._decision(first))
+        self.assertEqual(2000, second[1][0][2])
+
+    def test_stamps_that_cannot_be_compared_are_not_kept(self):
+        naive = datetime.datetime(2026, 12, 1, 11, 0, 0)
+        for updated, settled in ((None, self.settled),
+                                 (naive, self.settled),
+                                 (self.NOW - datetime.timedelta(hours=1),
+                                  False)):
+            self.state.updated = updated
+            self.assertIsNone(self.filters._stamp(
+                self.state, None if settled is False else settled))
+        first = self._read(_topology(pinned={1}), naive)
+        second = self._read(_topology(pinned={1, 2}), naive,
+                            self._decision(first))
+        self.assertEqual(2000, second[1][0][2])
+
+    def test_the_same_object_needs_no_stamp(self):
+        # The scheduler's own claim: a new object, its own stamp, kept
+        # as long as Nova keeps the object.
+        topo = _topology(pinned={1})
+        first = self._read(topo, self.NOW)
+        self.assertIsNone(first[2])
+        self.assertIs(first, self._read(topo, self.NOW,
+                                        self._decision(first)))
+
+
+class CellsThroughTheFilterTest(test_filter_handlers.FilterCase):
+
+    def test_one_read_per_compute_node_update(self):
+        # Requests through Nova's handler; between them Nova gives the
+        # HostState a new object of the same update, as
+        # HostState._update_from_compute_node does, then of a new one.
+        from nova_gpu.scheduler import filters
+        self.add_host('h1', 'A100-40GB', vgpu_type='A100-10C', per_numa=2)
+        state = self.host_state('h1', [candidate('h1-rp0')])
+        minute_ago = (datetime.datetime.now(datetime.timezone.utc)
+                      - datetime.timedelta(minutes=1))
+        cells = []
+        for pinned, updated in (({1}, minute_ago), ({1, 2}, minute_ago),
+                                ({1, 2}, minute_ago
+                                 + datetime.timedelta(seconds=1))):
+            state.numa_topology = _topology(pinned=pinned)
+            state.updated = updated
+            state.allocation_candidates = [candidate('h1-rp0')]
+            self.assertEqual([state], self.run_filter(
+                [state], self.request(resources__VGPU='1',
+                                      hw__cpu_policy='dedicated')))
+            cells.append(getattr(state, filters.DECISION).numa[1])
+        self.assertIs(cells[0], cells[1])
+        self.assertEqual(((0, 8000, 2000, 65536, 0),
+                          (1, 8000, 0, 65536, 1)), cells[2])
 
 
 class CandidatesTest(test_filter_handlers.FilterCase):
