@@ -10,9 +10,10 @@ same request with PCI passthrough: ``PciPassthroughFilter`` +
 
 "cold" is the first request after every host changed (the view scores each
 host); "warm" is a request whose hosts are unchanged since the last one
-(memoised). As in nova-scheduler, every host has its own
-``NUMATopology`` object, deserialised from the compute node's JSON
-(``NUMATopology.obj_from_db_obj``), and every request gets fresh
+(memoised). As in nova-scheduler, every host gets, before every request,
+a new ``NUMATopology`` object, deserialised from the compute node's JSON
+(``NUMATopology.obj_from_db_obj``) with the compute node's last update
+time (``HostState.updated``), and every request gets fresh
 allocation candidates, parsed from Placement's JSON (no object survives
 from one request to the next). Hosts already use 0 to 4 GPUs, in varied
 places, so that their states differ (rankings are shared by hosts in the

@@ -162,16 +162,14 @@ class CellsOfOneUpdateTest(base.TestCase):
         minute_ago = self.NOW - datetime.timedelta(minutes=1)
         first = self._read(_topology(pinned={1}), minute_ago)
         self.assertEqual(minute_ago, first[2])
+        # Named by its update, the usage keeps no object alive.
+        self.assertIsNone(first[0])
         # The next request: a new object of the same update. To show the
         # cells are not read again, this one holds other usage (a real
         # one of the same update holds the same).
         again = _topology(pinned={1, 2, 3})
-        second = self._read(again, minute_ago, self._decision(first))
-        self.assertIs(again, second[0])
-        self.assertIs(first[1], second[1])
-        # Kept for the pass after, on the new object.
-        self.assertIs(second, self._read(again, minute_ago,
-                                         self._decision(second)))
+        self.assertIs(first, self._read(again, minute_ago,
+                                        self._decision(first)))
 
     def test_a_new_update_is_read(self):
         minute_ago = self.NOW - datetime.timedelta(minutes=1)
@@ -211,8 +209,19 @@ class CellsOfOneUpdateTest(base.TestCase):
         topo = _topology(pinned={1})
         first = self._read(topo, self.NOW)
         self.assertIsNone(first[2])
+        self.assertIs(topo, first[0])
         self.assertIs(first, self._read(topo, self.NOW,
                                         self._decision(first)))
+        # Another object of an update too young to be named: read.
+        second = self._read(_topology(pinned={1, 2}), self.NOW,
+                            self._decision(first))
+        self.assertEqual(2000, second[1][0][2])
+
+    def test_a_host_without_numa_topology_now(self):
+        minute_ago = self.NOW - datetime.timedelta(minutes=1)
+        first = self._read(_topology(pinned={1}), minute_ago)
+        self.assertEqual((None, None, None), self._read(
+            None, minute_ago, self._decision(first)))
 
 
 class CellsThroughTheFilterTest(test_filter_handlers.FilterCase):

@@ -1,0 +1,65 @@
+"""The scheduler cost benchmark gives the plugin what nova-scheduler gives
+it, request after request: its figures are only as true as that.
+"""
+
+from unittest import mock
+
+from nova import objects
+from nova.scheduler import host_manager
+
+from nova_gpu.bench import scheduler_cost
+from nova_gpu.core import report as report_mod
+from nova_gpu.scheduler import filters
+from nova_gpu.scheduler import view as view_mod
+from nova_gpu.scheduler import weighers
+from tests.unit.scheduler import base
+
+HOSTS = 12
+
+
+class BenchmarkRequestsTest(base.TestCase):
+
+    def setUp(self):
+        super().setUp()
+        objects.register_all()
+        self.conf.set_override('demand_publish_interval', 0,
+                               'gpu_scheduler')
+        self.view, self.states, flavor, _bytes = scheduler_cost._ours(
+            HOSTS, objects, host_manager, view_mod, report_mod)
+        self.spec = scheduler_cost._request(objects, flavor)
+
+    def _requests(self, rounds, weigher_list):
+        return scheduler_cost._time([filters.GpuFilter(self.view)],
+                                    weigher_list, self.states, self.spec,
+                                    rounds)
+
+    def test_every_request_gets_new_numa_objects_of_the_same_update(self):
+        # As HostManager._get_host_states + HostState.
+        # _update_from_compute_node do before every request.
+        before = [(s.numa_topology, s.updated) for s in self.states]
+        self._requests(1, [])
+        for state, (topo, updated) in zip(self.states, before):
+            self.assertIsNot(topo, state.numa_topology)
+            self.assertEqual(topo._to_json(), state.numa_topology._to_json())
+            self.assertEqual(updated, state.updated)
+            self.assertIsNotNone(updated)
+
+    def test_both_configurations_pass_every_host(self):
+        for order, names in scheduler_cost.CONFIGS:
+            self.conf.set_override('candidate_order', order,
+                                   'gpu_scheduler')
+            _times, passed = self._requests(
+                2, [getattr(weighers, name)() for name in names])
+            self.assertEqual(HOSTS, passed, order)
+
+    def test_warm_requests_read_no_numa_cells(self):
+        # The compute nodes' last update is a minute old: after the first
+        # request, the cells read with it stand for its later copies.
+        self.conf.set_override('candidate_order', 'selected_host',
+                               'gpu_scheduler')
+        self._requests(1, [weighers.GpuWeigher()])
+        with mock.patch.object(filters, '_field',
+                               wraps=filters._field) as field:
+            self._requests(2, [weighers.GpuWeigher()])
+        self.assertEqual([], [c for c in field.call_args_list
+                              if c.args[1] == 'cells'])
