@@ -15,7 +15,6 @@ the order it leaves is the order Nova claims in.
 
 import collections
 import datetime
-import itertools
 import logging
 import operator
 import weakref
@@ -482,13 +481,7 @@ def _numa_usage(host_state, spec, previous=None, settled=None):
     cells = _field(topo, 'cells')
     if not cells:
         return (holder, None, stamp)
-    try:
-        # Every cell's fields at once, at C speed (a cold pass reads every
-        # cell of every host).
-        fields = list(map(_CELL_USAGE, map(_DICT, cells)))
-    except (AttributeError, KeyError):
-        return (holder, tuple(map(_cell_usage, cells)), stamp)
-    return (holder, tuple(itertools.starmap(_usage, fields)), stamp)
+    return (holder, tuple(map(_cell_usage, cells)), stamp)
 
 
 def _stamp(host_state, settled):
@@ -517,10 +510,6 @@ def _cells(host_state, spec):
 # _get_attrname``).
 _STORED = '_obj_'
 _UNSET = object()
-_NO_FIELDS = {}
-_CELL_FIELDS = tuple(_STORED + name for name in (
-    'id', 'pcpuset', 'pinned_cpus', 'cpuset', 'cpu_usage', 'memory',
-    'memory_usage'))
 
 
 def _field(obj, name):
@@ -529,35 +518,39 @@ def _field(obj, name):
     every cell of every host, and the field properties cost several
     times the read. An unset field goes through the property, which
     loads it or raises as it always does.
+
+    Read as an attribute, not from ``obj.__dict__``: on Python 3.11 and
+    later an object's attributes live in its inline values, and asking
+    for ``__dict__`` makes (allocates) a dict of them.
     """
-    value = getattr(obj, '__dict__', _NO_FIELDS).get(_STORED + name, _UNSET)
+    value = getattr(obj, _STORED + name, _UNSET)
     return getattr(obj, name) if value is _UNSET else value
-
-
-# The fields ``_cell_usage`` reads, at once.
-_CELL_USAGE = operator.itemgetter(*_CELL_FIELDS)
-_DICT = operator.attrgetter('__dict__')
 
 
 def _cell_usage(cell):
     """``(id, cpu_milli, cpu_used, memory_mib, memory_used)`` of a Nova
     NUMACell: CPUs dedicated ones (pinned) when the cell has any, else
     shared ones (their usage).
+
+    Read where the object keeps its fields (``_field``), and only the
+    fields the answer needs: a cold pass reads the new cells of every
+    host, which nothing has read since Nova deserialised them, and at
+    1,000 hosts each object touched is a miss in the CPU's caches (about
+    a third of the reading's cost, measured, went to fields and dicts
+    not needed).
     """
     try:
-        fields = _CELL_USAGE(cell.__dict__)
-    except (AttributeError, KeyError):
+        pcpus = cell._obj_pcpuset
+        if pcpus:
+            return (cell._obj_id, len(pcpus) * 1000,
+                    len(cell._obj_pinned_cpus or ()) * 1000,
+                    cell._obj_memory, cell._obj_memory_usage)
+        return (cell._obj_id, len(cell._obj_cpuset) * 1000,
+                cell._obj_cpu_usage * 1000, cell._obj_memory,
+                cell._obj_memory_usage)
+    except AttributeError:
         # A field unset (or not a Nova object): through the properties.
         return _cell_usage_slow(cell)
-    return _usage(*fields)
-
-
-def _usage(cid, pcpus, pinned, cpus, cpu_usage, memory, memory_used):
-    """``_cell_usage`` of the fields ``_CELL_USAGE`` read."""
-    if pcpus:
-        return (cid, len(pcpus) * 1000, len(pinned or ()) * 1000, memory,
-                memory_used)
-    return cid, len(cpus) * 1000, cpu_usage * 1000, memory, memory_used
 
 
 def _cell_usage_slow(cell):

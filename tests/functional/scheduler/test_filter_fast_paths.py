@@ -78,6 +78,31 @@ class CellsTest(base.TestCase):
         self.assertEqual(slow, fast)
         self.assertEqual((0, 8000, 3000, 65536, 0), fast[0])
 
+    def test_cells_are_read_without_their_dict(self):
+        # On Python 3.11+ asking an object for __dict__ makes (allocates)
+        # one; a cold pass reads every cell of every host, so the reading
+        # asks only for the fields it needs.
+        from nova_gpu.scheduler import filters
+        asked = []
+
+        def spy(obj, name):
+            asked.append(name)
+            return object.__getattribute__(obj, name)
+
+        for dedicated in (True, False):
+            cell = _topology(dedicated=dedicated, pinned={1}).cells[0]
+            expected = filters._cell_usage_slow(cell)
+            cell.__class__ = type('Spied', (type(cell),),
+                                  {'__getattribute__': spy})
+            del asked[:]
+            self.assertEqual(expected, filters._cell_usage(cell))
+            self.assertNotIn('__dict__', asked)
+            self.assertTrue(all(n.startswith('_obj_') for n in asked),
+                            asked)
+        del asked[:]
+        filters._field(cell, 'memory')
+        self.assertEqual(['_obj_memory'], asked)
+
     def _result_of(self, read, cell):
         try:
             return read(cell)
