@@ -181,9 +181,8 @@ class GpuFilter(filters.CandidateFilterMixin, filters.BaseHostFilter):
         decision.numa = numa
         setattr(host_state, DECISION, decision)
         if decision.ranking is not None:
-            later = host_state.allocation_candidates = OrderedOnRead(
-                candidates)
-            later._decision = decision
+            host_state.allocation_candidates = OrderedOnRead.later(
+                candidates, decision)
             if chosen is not None:
                 chosen[host_state.nodename] = decision
             if decisions is not None:
@@ -231,21 +230,44 @@ class OrderedOnRead(list):
     host.allocation_candidates``, then candidate 0), so the filter leaves
     every other host's unread. An empty order (Placement offered this host
     nothing that can serve the request) makes the list empty, and Nova
-    skips the host. Every read goes through the order: length, truth,
-    items, iteration, comparison.
+    skips the host. Every read and every change goes through the order
+    first: length, truth, items, iteration, comparison, copies, the list
+    methods and operators.
+
+    Until then the list holds no item: it keeps Placement's list for the
+    host (``later``) behind one reference. On every host of every
+    request, a list holding the candidates themselves cost Python's
+    garbage collector about as much as the rest of the plugin at 10,000
+    hosts: each collection of the young objects reads every object they
+    refer to, and the candidates, parsed before the request, are out of
+    the CPU's caches by then. Code reading a list's items in C without
+    Python's protocols (``json``'s encoder) finds it empty until then.
     """
 
-    # The Decision whose ranking puts them in order, until they are.
-    # Set after construction: list's own (C) constructor copies the
-    # candidates, a Python one would cost every host of every request.
-    __slots__ = ('_decision',)
+    # The Decision whose ranking puts them in order, and the candidates
+    # as Placement left them, until they are in order. Set after
+    # construction: list's own (C) constructor costs every host of every
+    # request less than a Python one.
+    __slots__ = ('_decision', '_left')
+
+    @classmethod
+    def later(cls, candidates, decision):
+        """``candidates`` (a list, kept as it is) to be ordered by
+        ``decision`` when first read.
+        """
+        ordered = cls()
+        ordered._left = (candidates if type(candidates) is list
+                         else list(candidates))
+        ordered._decision = decision
+        return ordered
 
     def _settle(self):
         decision = getattr(self, '_decision', None)
         if decision is None:
             return
         self._decision = None
-        candidates = list.copy(self)
+        candidates = self._left
+        self._left = None
         nodename = decision.entry.nodename
         try:
             kept = decision.request.view.order_candidates(decision,
@@ -275,62 +297,49 @@ class OrderedOnRead(list):
         """The candidates as they are now, ordered or not (a plain
         list), without putting them in order.
         """
+        if getattr(self, '_decision', None) is not None:
+            return list(self._left)
         return list.copy(self)
 
-    def __len__(self):
-        self._settle()
-        return list.__len__(self)
+    __hash__ = None
 
     def __bool__(self):
         self._settle()
         return list.__len__(self) > 0
 
-    def __getitem__(self, index):
+    def __radd__(self, other):
+        # ``[...] + self``: list's own concatenation would read the items
+        # in C, before the order.
         self._settle()
-        return list.__getitem__(self, index)
-
-    def __iter__(self):
-        self._settle()
-        return list.__iter__(self)
-
-    def __reversed__(self):
-        self._settle()
-        return list.__reversed__(self)
-
-    def __contains__(self, item):
-        self._settle()
-        return list.__contains__(self, item)
-
-    def __eq__(self, other):
-        self._settle()
-        return list.__eq__(self, other)
-
-    def __ne__(self, other):
-        self._settle()
-        return list.__ne__(self, other)
-
-    __hash__ = None
-
-    def __repr__(self):
-        self._settle()
-        return list.__repr__(self)
+        return other + list.copy(self)
 
     def __reduce_ex__(self, protocol):
         # Copies and pickles are plain lists, in order.
         self._settle()
         return list, (list.copy(self),)
 
-    def copy(self):
-        self._settle()
-        return list.copy(self)
 
-    def index(self, *args):
-        self._settle()
-        return list.index(self, *args)
+def _settled_first(name):
+    method = getattr(list, name)
 
-    def count(self, item):
+    def settled(self, *args, **kwargs):
         self._settle()
-        return list.count(self, item)
+        return method(self, *args, **kwargs)
+    settled.__name__ = settled.__qualname__ = name
+    settled.__doc__ = method.__doc__
+    return settled
+
+
+# Every method of list that reads or changes the items, in order first.
+for _name in ('__len__', '__getitem__', '__iter__',
+              '__reversed__', '__contains__', '__eq__', '__ne__', '__lt__',
+              '__le__', '__gt__', '__ge__', '__repr__', '__add__', '__mul__',
+              '__rmul__', '__iadd__', '__imul__', '__setitem__',
+              '__delitem__', '__sizeof__', 'copy', 'index', 'count',
+              'append', 'extend', 'insert', 'pop', 'remove', 'reverse',
+              'sort', 'clear'):
+    setattr(OrderedOnRead, _name, _settled_first(_name))
+del _name
 
 
 def decisions_of(host_states, spec_obj):

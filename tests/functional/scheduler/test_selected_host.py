@@ -9,6 +9,7 @@ serve, which Nova skips at claim time instead of the filter refusing it.
 """
 
 import copy
+import gc
 import logging
 
 import fixtures
@@ -161,6 +162,71 @@ class FilterTest(SelectedHostMixin, handlers.FilterTest):
         self.assertIn('GpuFilter: 2 of the 2 allocation candidates of host '
                       'h1 kept for instance %s, candidate 0 on GPUs (2,)'
                       % uuids.i1, log.output)
+
+
+class OrderedOnReadTest(SelectedHostMixin, handlers.FilterCase):
+    """The list Nova finds behaves as the ordered list, whatever it does
+    with it first, and holds no candidate until then.
+    """
+
+    def unread(self):
+        self.add_host('h1', 'A100-40GB', vgpu_type='A100-10C',
+                      used={2: 1, 3: 2})
+        placed = [candidate('h1-rp0'), candidate('h1-rp1'),
+                  candidate('h1-rp3'), candidate('h1-rp2')]
+        state = self.host_state('h1', copy.deepcopy(placed))
+        self.run_filter([state], self.request(resources__VGPU='1'))
+        self.assertIs(filters.OrderedOnRead,
+                      type(state.allocation_candidates))
+        return state.allocation_candidates
+
+    def test_unread_candidates_are_one_reference(self):
+        # Python's garbage collector reads every object a young object
+        # refers to: the unread list refers to Placement's list, not to
+        # each candidate.
+        unread = self.unread()
+        referents = gc.get_referents(unread)
+        self.assertEqual(1, sum(type(r) is list for r in referents))
+        self.assertFalse([r for r in referents if type(r) is dict])
+        self.assertEqual(0, list.__len__(unread))
+        self.assertEqual(4, len(unread))
+        self.assertEqual(4, list.__len__(unread))
+
+    def test_every_read_and_change_sees_the_order(self):
+        expected = list(self.unread())
+        self.assertEqual(['h1-rp3', 'h1-rp2', 'h1-rp0', 'h1-rp1'],
+                         [list(c['allocations'])[0] for c in expected])
+        extra = candidate('h1-rp9')
+        operations = {
+            'len': len, 'bool': bool, 'first': lambda c: c[0],
+            'last': lambda c: c[-1], 'slice': lambda c: c[1:3],
+            'iter': list, 'reversed': lambda c: list(reversed(c)),
+            'in': lambda c: expected[2] in c, 'eq': lambda c: c == expected,
+            'ne': lambda c: c != expected, 'lt': lambda c: c < expected,
+            'repr': repr, 'str': str, 'add': lambda c: c + [extra],
+            'radd': lambda c: [extra] + c, 'mul': lambda c: c * 2,
+            'rmul': lambda c: 2 * c, 'copy': lambda c: c.copy(),
+            'deepcopy': copy.deepcopy, 'index': lambda c: c.index(
+                expected[1]),
+            'count': lambda c: c.count(expected[0]),
+            'append': lambda c: c.append(extra) or list(c),
+            'extend': lambda c: c.extend([extra]) or list(c),
+            'insert': lambda c: c.insert(1, extra) or list(c),
+            'pop': lambda c: (c.pop(), list(c)),
+            'remove': lambda c: c.remove(expected[0]) or list(c),
+            'reverse': lambda c: c.reverse() or list(c),
+            'sort': lambda c: c.sort(key=str) or list(c),
+            'clear': lambda c: c.clear() or list(c),
+            'setitem': lambda c: c.__setitem__(0, extra) or list(c),
+            'delitem': lambda c: c.__delitem__(0) or list(c),
+            'iadd': lambda c: list(c.__iadd__([extra])),
+            'extended by': lambda c: [extra].__iadd__(c),
+            'sorted': lambda c: sorted(c, key=str),
+            'tuple': tuple, 'max': lambda c: max(c, key=str),
+        }
+        for name, operation in operations.items():
+            self.assertEqual(operation(copy.deepcopy(expected)),
+                             operation(self.unread()), name)
 
 
 class EveryProviderTest(SelectedHostMixin, handlers.EveryProviderTest):
