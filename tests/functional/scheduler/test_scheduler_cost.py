@@ -2,6 +2,7 @@
 it, request after request: its figures are only as true as that.
 """
 
+import io
 from unittest import mock
 
 from nova import objects
@@ -63,3 +64,35 @@ class BenchmarkRequestsTest(base.TestCase):
             self._requests(2, [weighers.GpuWeigher()])
         self.assertEqual([], [c for c in field.call_args_list
                               if c.args[1] == 'cells'])
+
+
+class FloorBesideEachConfigurationTest(base.TestCase):
+
+    def test_each_configuration_is_compared_with_a_floor_on_its_hosts(self):
+        # The floor's passes alternate with each configuration's warm
+        # passes on the same hosts: a floor measured on other hosts, at
+        # another moment, moved the figures above it by microseconds.
+        calls = []
+        real = scheduler_cost._time
+
+        def recorded(filter_list, weigher_list, states, spec, rounds,
+                     original=None):
+            # The hosts themselves, kept: ids of freed lists are reused.
+            calls.append((type(filter_list[0]).__name__, states, rounds))
+            return real(filter_list, weigher_list, states, spec, rounds,
+                        original)
+
+        out = io.StringIO()
+        with mock.patch.object(scheduler_cost, '_time', recorded), \
+                mock.patch.object(scheduler_cost, 'COLD_ROUNDS', 1):
+            scheduler_cost.run(sizes=(4,), out=out, in_tree=False)
+        floors = [c for c in calls if c[0] == 'AllHostsFilter']
+        self.assertEqual(len(scheduler_cost.CONFIGS) *
+                         scheduler_cost.WARM_PASSES, len(floors))
+        timed = [c for c in calls if c[0] == 'GpuFilter' and c[2] == 1]
+        floor_hosts = list({id(c[1]): c[1] for c in floors}.values())
+        self.assertEqual(len(scheduler_cost.CONFIGS), len(floor_hosts))
+        for hosts in floor_hosts:
+            self.assertEqual(scheduler_cost.WARM_PASSES + 1, len(
+                [c for c in timed if c[1] is hosts]))
+        self.assertIn('4 hosts, selected_host: warm', out.getvalue())
