@@ -22,9 +22,10 @@ for our side (4 of its free GPU providers each, plus the compute node's
 CPUs, memory and disk) and one (the compute node) for the in-tree side,
 whose PCI devices are not in Placement. The floor is Nova's handlers
 with its cheapest filter and weigher, for scale: each configuration's
-warm passes alternate with passes of the floor on the same hosts, and the
-figures above the floor subtract that configuration's own floor (the
-floor row of the table is the one measured with the first).
+warm passes alternate with passes of the floor on the same hosts, after
+each cold pass, and the figures above the floor subtract that
+configuration's own floor (the floor row of the table is the one
+measured with the first).
 
 Run: ``python -m nova_gpu.bench.scheduler_cost [--cpu] [--no-in-tree]
 [hosts ...]``.
@@ -55,8 +56,8 @@ CANDIDATES_PER_HOST = 8
 # afresh; the cheapest counts, as for the warm passes (the machine's noise
 # is not the plugin's cost).
 COLD_ROUNDS = 3
-# Warm passes per configuration and size (the cheapest counts), each
-# followed by a pass of Nova's floor on the same hosts.
+# Warm passes per cold pass (the cheapest of all counts), each followed
+# by a pass of Nova's floor on the same hosts.
 WARM_PASSES = 3
 # The hosts whose candidates Nova reads per request: the one it claims on
 # and its alternates (``[scheduler] max_attempts`` = 3).
@@ -333,7 +334,7 @@ def run(sizes=(1000, 10000), out=sys.stdout, in_tree=True):
         floors_us.append(floor_of)
         for order, weigher_names in CONFIGS:
             CONF.set_override('candidate_order', order, 'gpu_scheduler')
-            colds, warms = [], []
+            colds, warms, floors = [], [], []
             for _round in range(COLD_ROUNDS):
                 # Every cold pass on hosts and a view of their own, built
                 # afresh (the last ones freed first): it finds every host
@@ -358,23 +359,20 @@ def run(sizes=(1000, 10000), out=sys.stdout, in_tree=True):
                 cold, passed = _time(ours_f, ours_w, states, spec, 1,
                                      original)
                 colds.append(cold[0])
-                if not warms:
-                    # Warm passes and the floor's alternate on the same
-                    # hosts, so that both meet the same memory and the
-                    # same moment of the machine.
-                    floors = []
-                    for _pass in range(WARM_PASSES):
-                        warms += _time(ours_f, ours_w, states, spec, 1,
-                                       original)[0]
-                        floors += _time(
-                            [all_hosts_filter.AllHostsFilter()],
-                            [ram.RAMWeigher()], states, spec, 1,
-                            original)[0]
-                    memory = view_bytes
-                    floor_of[order] = min(floors) / n * 1e6
-                    if floor is None:
-                        floor = floors
+                # Warm passes and the floor's alternate on the same hosts,
+                # in every round, so that ours and the floor meet the same
+                # memory and the same moments of the machine.
+                for _pass in range(WARM_PASSES):
+                    warms += _time(ours_f, ours_w, states, spec, 1,
+                                   original)[0]
+                    floors += _time([all_hosts_filter.AllHostsFilter()],
+                                    [ram.RAMWeigher()], states, spec, 1,
+                                    original)[0]
+                memory = view_bytes
                 del view, states
+            floor_of[order] = min(floors) / n * 1e6
+            if floor is None:
+                floor = floors
             rows.append(('GpuFilter (%s) + %s' % (
                 order, ' + '.join(weigher_names)), n, passed,
                 min(colds) / n * 1e6, min(warms) / n * 1e6,
