@@ -163,10 +163,14 @@ class GpuFilter(filters.CandidateFilterMixin, filters.BaseHostFilter):
             view = self.view
         try:
             candidates = host_state.allocation_candidates
-            if type(candidates) is OrderedOnRead:
+            if type(candidates) is not list:
                 # Left by an earlier pass on this HostState (Nova reuses a
-                # host's candidates for every instance of a request).
-                candidates = candidates.as_left()
+                # host's candidates for every instance of a request), or
+                # not the list Nova sets: a plain list, made here where an
+                # error refuses this host only.
+                candidates = (candidates.as_left()
+                              if type(candidates) is OrderedOnRead
+                              else list(candidates or ()))
             numa = _numa_usage(host_state, request.spec, previous,
                                request.numa_settled)
             decision = view.decide(
@@ -256,8 +260,7 @@ class OrderedOnRead(list):
         ``decision`` when first read.
         """
         ordered = cls()
-        ordered._left = (candidates if type(candidates) is list
-                         else list(candidates))
+        ordered._left = candidates
         ordered._decision = decision
         return ordered
 

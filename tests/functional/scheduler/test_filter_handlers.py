@@ -228,6 +228,24 @@ class ContainmentTest(FilterCase):
         self.assertEqual([s1, s2], passed)
         self.assertIn('gpus[0].pcie_switch', log.output)
 
+    def test_malformed_candidates_refuse_only_their_host(self):
+        # Whatever a HostState carries as candidates (Nova sets a list),
+        # the filter refuses that host with the reason and passes the
+        # others.
+        self.add_host('h1', 'A100-40GB', vgpu_type='A100-10C')
+        self.add_host('h2', 'A100-40GB', vgpu_type='A100-10C')
+        for bad in (5, object(), [None], [{'allocations': 7}]):
+            s1 = self.host_state('h1', [])
+            s1.allocation_candidates = bad
+            s2 = self.host_state('h2', [candidate('h2-rp0')])
+            spec_obj = self.request(resources__VGPU='1')
+            passed = self.run_filter([s1, s2], spec_obj)
+            self.assertIn(s2, passed, repr(bad))
+            if s1 in passed:
+                # Left for Nova to read: reading it refuses the host.
+                self.assertEqual([], list(s1.allocation_candidates),
+                                 repr(bad))
+
     def test_host_whose_ranking_raises_is_refused_once_logged(self):
         log = self.useFixture(fixtures.FakeLogger(level=logging.WARNING))
         self.add_host('h1', 'A100-40GB', vgpu_type='A100-10C')
