@@ -63,6 +63,9 @@ class PlacementEngine:
         if req.memory_mib > host.memory_free:
             return 'needs %d MiB memory, %d free' % (req.memory_mib,
                                                      host.memory_free)
+        if not host.gpus:
+            # A host whose report lists none (all lost, or not yet bound).
+            return 'no GPUs reported'
         allowed = [g for g in host.gpus if g.serves_model(req.models)]
         if not allowed:
             return 'no GPU of model %s' % ', '.join(sorted(req.models))

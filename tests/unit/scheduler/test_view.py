@@ -33,6 +33,17 @@ class ViewTest(base.TestCase):
         self.assertEqual((), ranking.items)
         self.assertIn('0 of 1 GPUs', ranking.why)
 
+    def test_host_reporting_no_gpus_is_refused_with_a_reason(self):
+        # A report may list no GPU (all lost since the last one); every
+        # kind of request gets a reason, not an error from the ranking.
+        entry = self.add_host('h1', 'A100-40GB', count=0)
+        self.assertEqual((), entry.host.gpus)
+        for asked in (STOCK, spec(gpu__kind='whole', gpu__count='2'),
+                      spec(gpu__mig='3g.20gb', resources__VGPU='1')):
+            ranking = self.view.ranking(entry, asked)
+            self.assertEqual((), ranking.items)
+            self.assertEqual('no GPUs reported', ranking.why)
+
     def test_wrong_model_reason(self):
         entry = self.add_host('h1', 'A100-40GB', vgpu_type='A100-10C')
         ranking = self.view.ranking(
