@@ -192,7 +192,10 @@ class Agent:
         return {'reconcile': result.as_dict() if result else None,
                 'report': report, 'provider_config_changed': changed,
                 'unsent_reports': pending, 'timings': timings,
-                'carve': carved}
+                'carve': carved,
+                # GPUs NVML cannot read now, left out of the report.
+                'unreadable_gpus': inventory.unreadable,
+                'left_out_gpus': [g['address'] for g in inventory.left_out]}
 
     def _add_layouts(self, report):
         """Add each carved GPU's layout to ``report`` (``layout``).

@@ -92,6 +92,12 @@ class DeviceEvents:
     def observe(self, result, instances=None):
         """Send the changes one agent cycle made; returns the payloads."""
         devices = report_devices(result.get('report') or {})
+        left_out = set(result.get('left_out_gpus') or ())
+        if self._devices is not None and left_out:
+            # A GPU NVML cannot read now is left out of the report: its
+            # devices are unknown until it reads again, not removed.
+            devices.update((key, dev) for key, dev in self._devices.items()
+                           if dev[1] in left_out)
         found = []
         if self._devices is not None:
             found = changes(self._devices, devices)

@@ -338,6 +338,12 @@ class HostInventory:
     sources: dict
     resource_classes: dict = None        # see GpuRecord.providers
     drivers: object = None               # core drivers.DriverInfo
+    # GPUs NVML lists but cannot read now ({address, nvml_index, reason};
+    # address None when NVML cannot give it), and the GPUs left out of
+    # ``gpus`` for them, as the report's ``left_out`` lists them
+    # ({address, reason, providers}; ``_left_out``).
+    unreadable: list = dataclasses.field(default_factory=list)
+    left_out: list = dataclasses.field(default_factory=list)
 
     def providers(self):
         """GPU index -> every provider of that GPU (report dicts)."""
@@ -359,6 +365,9 @@ class HostInventory:
         # Additive fields (ignored by report.host_from_dict): what the
         # agent knows beyond the scheduling model.
         data['agent'] = {'sources': self.sources}
+        if self.left_out:
+            data['left_out'] = [dict(g, reason=g['reason'][
+                :report_mod.MAX_NAME]) for g in self.left_out]
         for raw, g in zip(data['gpus'], self.gpus):
             pci = g.pci
             raw['providers'] = providers[g.index]
@@ -446,14 +455,17 @@ class Discovery:
                    'nvml': bool(self.nvml and self.nvml.available),
                    'libvirt': False}
         pci = self.sysfs.nvidia_gpus()
-        nvml_gpus = self.nvml.gpus() if sources['nvml'] else []
+        nvml_gpus, unreadable = (self.nvml.read_gpus() if sources['nvml']
+                                 else ([], []))
         by_addr = {g.address: g for g in nvml_gpus}
         pfs = [a for a, f in pci.items() if not f.physfn]
+        left_out = _left_out(unreadable, pfs, pci, by_addr)
         if nvml_gpus:
             order = [g.address for g in nvml_gpus]
             order += [a for a in pfs if a not in by_addr]
         else:
             order = sorted(pfs)
+        order = [a for a in order if a not in left_out]
         if self.libvirt is not None:
             # libvirt's node devices confirm what it can hand to guests;
             # a GPU only libvirt knows (sysfs not mounted as expected) is
@@ -463,7 +475,8 @@ class Discovery:
                     sources['libvirt'] = True
                     addr = _nodedev_address(info)
                     if (addr and addr not in order and addr in pci
-                            and not pci[addr].physfn):
+                            and not pci[addr].physfn
+                            and addr not in left_out):
                         order.append(addr)
             except Exception:  # libvirt is optional for discovery
                 sources['libvirt'] = False
@@ -501,7 +514,18 @@ class Discovery:
                              nodename=self.nodename, sources=sources,
                              resource_classes=self.resource_classes,
                              drivers=(self.nvml.driver_info()
-                                      if sources['nvml'] else None))
+                                      if sources['nvml'] else None),
+                             unreadable=[
+                                 {'address': u.address, 'nvml_index': u.index,
+                                  'reason': u.reason} for u in unreadable],
+                             left_out=[{
+                                 'address': address, 'reason': why,
+                                 'providers': report_mod.left_out_providers(
+                                     self.nodename, address,
+                                     pci[address].vfs if address in pci
+                                     else ())}
+                                 for address, why in sorted(
+                                     left_out.items())])
 
     @staticmethod
     def _account(gpu, record):
@@ -684,6 +708,26 @@ def mig_profile_name(model, inst):
                   and p.memory_slices == inst.size]
     candidates.sort(key=lambda p: p.name.endswith('+me'))
     return candidates[0].name if candidates else None
+
+
+def _left_out(unreadable, pfs, pci, listed):
+    """``{PCI address: why}`` of the GPUs discovery leaves out: those NVML
+    cannot read now (``Nvml.read_gpus``).
+
+    A GPU that cannot serve guests (fallen off the bus, a driver fault)
+    must not reach the scheduler as a free one through sysfs or libvirt,
+    which still show it. When NVML could not even give an address, the
+    GPUs the nvidia driver holds that NVML did not list are those it
+    failed on (a GPU NVML does not list otherwise is bound to another
+    driver: vfio-pci for passthrough).
+    """
+    left_out = {u.address: u.reason for u in unreadable if u.address}
+    nameless = sorted({u.reason for u in unreadable if not u.address})
+    if nameless:
+        why = 'NVML cannot give its PCI address: %s' % ', '.join(nameless)
+        left_out.update((a, why) for a in pfs if a not in listed
+                        and a not in left_out and pci[a].driver == 'nvidia')
+    return left_out
 
 
 def _nodedev_address(info):

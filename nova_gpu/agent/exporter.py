@@ -30,7 +30,9 @@ series labelled with the compute ``host``:
   ``nova_gpu_agent_orphan_devices`` (unused devices in their grace
   period), ``nova_gpu_agent_journal_intents`` (journal backlog),
   ``nova_gpu_agent_unsent_reports`` (outbox backlog),
-  ``nova_gpu_agent_nvml_available``.
+  ``nova_gpu_agent_nvml_available``, ``nova_gpu_agent_gpus_unreadable``
+  (GPUs NVML lists but cannot read, left out of the report) with one
+  ``nova_gpu_gpu_unreadable_info`` each (its address and NVML's reason).
 
 Names follow the Prometheus conventions (base units in the name, ratios
 0..1, ``_total`` counters) as node_exporter and dcgm-exporter do. The
@@ -131,6 +133,8 @@ class HostCollector:
         self._report = None        # the last published report (dict)
         self._parsed = None        # and its core form
         self._instances = {}
+        # The last cycle's GPUs NVML could not read (Agent.cycle).
+        self._unreadable = []
         self._health = {'cycles': 0, 'failures': 0, 'reconcile_errors': 0,
                         'rollbacks': 0, 'orphans_removed': 0,
                         'orphans_waiting': 0, 'last_cycle': None,
@@ -157,6 +161,7 @@ class HostCollector:
                 self._report, self._parsed = report, parsed
             if instances is not None:
                 self._instances = dict(instances)
+            self._unreadable = list(result.get('unreadable_gpus') or ())
             reconcile = result.get('reconcile')
             if reconcile is not None:
                 h['last_reconcile'] = now
@@ -185,8 +190,10 @@ class HostCollector:
             report, parsed = self._report, self._parsed
             instances = dict(self._instances)
             health = dict(self._health)
+            unreadable = list(self._unreadable)
         families = []
         families.extend(self._health_families(health))
+        families.extend(self._unreadable_families(unreadable))
         if parsed is not None:
             families.extend(self._gpu_families(report, parsed, instances))
         families.extend(self._nvml_families(parsed))
@@ -246,6 +253,20 @@ class HostCollector:
         g.add_metric(host, int(bool(self.nvml and self.nvml.available)))
         out.append(g)
         return out
+
+    def _unreadable_families(self, unreadable):
+        count = self._gauge('agent_gpus_unreadable',
+                            'GPUs NVML lists but cannot read (fallen off '
+                            'the bus, a driver fault), left out of the '
+                            'host\'s GPU report.')
+        count.add_metric([self.host], len(unreadable))
+        info = self._gauge('gpu_unreadable_info',
+                           'A GPU NVML cannot read and why; value 1.',
+                           ('host', 'nvml_index', 'address', 'reason'))
+        for gpu in unreadable:
+            info.add_metric([self.host, str(gpu['nvml_index']),
+                             gpu['address'] or '', gpu['reason']], 1)
+        return [count, info]
 
     def _gpu_families(self, report, parsed, instances):
         info = self._gauge(

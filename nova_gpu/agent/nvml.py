@@ -30,6 +30,15 @@ class MigInstance:
     memory_mib: int
 
 
+@dataclasses.dataclass(frozen=True)
+class UnreadableGpu:
+    """A GPU NVML lists but cannot read now (``Nvml.read_gpus``)."""
+
+    index: int  # NVML's
+    address: str  # None when NVML could not even give it
+    reason: str
+
+
 @dataclasses.dataclass
 class NvmlGpu:
     index: int
@@ -135,38 +144,91 @@ class Nvml:
             return default
 
     def gpus(self):
-        if not self.available:
-            return []
-        lib = self.lib
-        result = []
-        for index in range(lib.nvmlDeviceGetCount()):
-            dev = lib.nvmlDeviceGetHandleByIndex(index)
-            gpu = NvmlGpu(
-                index=index,
-                address=normalise_bus_id(lib.nvmlDeviceGetPciInfo(dev).busId),
-                name=_text(lib.nvmlDeviceGetName(dev)),
-                memory_mib=lib.nvmlDeviceGetMemoryInfo(dev).total // 2 ** 20)
-            mode = self._try(lib.nvmlDeviceGetMigMode, dev)
-            gpu.mig_enabled = bool(mode and mode[0] ==
-                                   lib.NVML_DEVICE_MIG_ENABLE)
-            if mode and mode[1] != mode[0]:
-                gpu.mig_pending = mode[1] == lib.NVML_DEVICE_MIG_ENABLE
-            if gpu.mig_enabled:
-                gpu.mig_instances = self.mig_instances(dev)
-            gpu.nvlink_remotes = self._nvlink_remotes(dev)
-            gpu.supported_vgpu_types = self._vgpu_types(
-                dev, lib.nvmlDeviceGetSupportedVgpus)
-            gpu.creatable_vgpu_types = self._vgpu_types(
-                dev, lib.nvmlDeviceGetCreatableVgpus)
-            gpu.numa_node = self._try(lib.nvmlDeviceGetNumaNodeId, dev)
-            result.append(gpu)
-        self._pcie_groups(result)
-        return result
+        """The GPUs NVML reads (``read_gpus``), in NVML order."""
+        return self.read_gpus()[0]
 
-    def _pcie_groups(self, gpus):
+    def read_gpus(self):
+        """``(gpus, unreadable)``: the GPUs NVML reads, in NVML order
+        (``NvmlGpu``), and those it lists but cannot read now
+        (``UnreadableGpu``: fallen off the bus, a driver fault).
+
+        One GPU's fault leaves the others readable: the callers report,
+        reconcile and carve the readable ones and leave the others alone.
+        Raises ``errors.Unavailable`` when NVML cannot even count them.
+        """
+        if not self.available:
+            return [], []
+        lib = self.lib
+        try:
+            count = lib.nvmlDeviceGetCount()
+        except lib.NVMLError as e:
+            raise errors.Unavailable('NVML cannot count the GPUs: %s'
+                                     % e) from e
+        result, handles, unreadable = [], [], []
+        for index in range(count):
+            address = None
+            try:
+                dev = lib.nvmlDeviceGetHandleByIndex(index)
+                address = normalise_bus_id(
+                    lib.nvmlDeviceGetPciInfo(dev).busId)
+                result.append(self._read_gpu(index, dev, address))
+                handles.append(dev)
+            except lib.NVMLError as e:
+                gone = isinstance(e, lib.NVMLError_GpuIsLost)
+                unreadable.append(UnreadableGpu(index, address, str(e)))
+                (LOG.error if gone else LOG.warning)(
+                    'GPU %d (%s) cannot be read through NVML: %s; it is '
+                    'left out until it can%s', index,
+                    address or 'PCI address unknown', e,
+                    ' (it needs a reset or a reboot)' if gone else '')
+        self._pcie_groups(result, handles)
+        return result, unreadable
+
+    def _read_gpu(self, index, dev, address):
+        """One GPU's ``NvmlGpu``; raises NVMLError when something the
+        report must be right about cannot be read (its name, memory, MIG
+        mode and instances), or when NVML finds the GPU lost. What only
+        refines the report (NUMA node, NVLinks, vGPU types) is left out
+        when NVML cannot say.
+        """
+        lib = self.lib
+        gpu = NvmlGpu(
+            index=index, address=address,
+            name=_text(lib.nvmlDeviceGetName(dev)),
+            memory_mib=lib.nvmlDeviceGetMemoryInfo(dev).total // 2 ** 20)
+        try:
+            mode = lib.nvmlDeviceGetMigMode(dev)
+        except (lib.NVMLError_NotSupported,
+                lib.NVMLError_FunctionNotFound):
+            mode = None  # no MIG on this GPU or driver
+        gpu.mig_enabled = bool(mode and mode[0] ==
+                               lib.NVML_DEVICE_MIG_ENABLE)
+        if mode and mode[1] != mode[0]:
+            gpu.mig_pending = mode[1] == lib.NVML_DEVICE_MIG_ENABLE
+        if gpu.mig_enabled:
+            gpu.mig_instances = self.mig_instances(dev)
+        gpu.nvlink_remotes = self._nvlink_remotes(dev)
+        gpu.supported_vgpu_types = self._vgpu_types(
+            dev, lib.nvmlDeviceGetSupportedVgpus)
+        gpu.creatable_vgpu_types = self._vgpu_types(
+            dev, lib.nvmlDeviceGetCreatableVgpus)
+        gpu.numa_node = self._refinement(lib.nvmlDeviceGetNumaNodeId, dev)
+        return gpu
+
+    def _refinement(self, fn, *args, default=None):
+        """``fn(*args)``, or ``default`` when NVML cannot say; a lost GPU
+        still raises (``_read_gpu``).
+        """
+        try:
+            return fn(*args)
+        except self.lib.NVMLError_GpuIsLost:
+            raise
+        except self.lib.NVMLError:
+            return default
+
+    def _pcie_groups(self, gpus, handles):
         """Group GPUs whose common PCIe ancestor is a switch (PIX/PXB)."""
         lib = self.lib
-        handles = [lib.nvmlDeviceGetHandleByIndex(g.index) for g in gpus]
         group = list(range(len(gpus)))
 
         def find(i):
@@ -197,14 +259,24 @@ class Nvml:
             except (lib.NVMLError_NotSupported,
                     lib.NVMLError_InvalidArgument):
                 break
+            except lib.NVMLError_GpuIsLost:
+                raise
             except lib.NVMLError:
                 continue
             remotes.add(normalise_bus_id(info.busId))
         return tuple(sorted(remotes))
 
     def _vgpu_types(self, dev, getter):
-        ids = self._try(getter, dev, default=[]) or []
-        return {int(t): _text(self.lib.nvmlVgpuTypeGetName(t)) for t in ids}
+        ids = self._refinement(getter, dev, default=[]) or []
+        names = {}
+        for type_id in ids:
+            name = self._refinement(self.lib.nvmlVgpuTypeGetName, type_id)
+            if name is None:
+                LOG.debug('vGPU type %s has no name in NVML; left out',
+                          type_id)
+                continue
+            names[int(type_id)] = _text(name)
+        return names
 
     def _handle(self, index):
         if not self.available:
@@ -219,16 +291,31 @@ class Nvml:
         """PCI address of GPU ``index`` (journal entries name GPUs by it:
         indexes can change across reboots).
         """
-        return normalise_bus_id(
-            self.lib.nvmlDeviceGetPciInfo(self._handle(index)).busId)
+        dev = self._handle(index)
+        try:
+            return normalise_bus_id(self.lib.nvmlDeviceGetPciInfo(dev).busId)
+        except self.lib.NVMLError as e:
+            raise errors.Unavailable('GPU %d: NVML cannot give its PCI '
+                                     'address: %s' % (index, e)) from e
 
     def index_of(self, address):
-        """Index of the GPU at PCI ``address``, or None."""
+        """Index of the GPU at PCI ``address``, or None (a GPU NVML
+        cannot read is none of them).
+        """
         if not self.available:
             return None
-        for index in range(self.lib.nvmlDeviceGetCount()):
-            if self.address(index) == address:
-                return index
+        try:
+            count = self.lib.nvmlDeviceGetCount()
+        except self.lib.NVMLError as e:
+            raise errors.Unavailable('NVML cannot count the GPUs: %s'
+                                     % e) from e
+        for index in range(count):
+            try:
+                if self.address(index) == address:
+                    return index
+            except errors.AgentError as e:
+                LOG.debug('GPU %d skipped looking for %s: %s', index,
+                          address, e)
         return None
 
     def mig_enabled(self, index):
@@ -286,7 +373,11 @@ class Nvml:
         return now
 
     def mig_instances_of(self, index):
-        return self.mig_instances(self._handle(index))
+        try:
+            return self.mig_instances(self._handle(index))
+        except self.lib.NVMLError as e:
+            raise errors.Unavailable('GPU %d: cannot list its MIG '
+                                     'instances: %s' % (index, e)) from e
 
     def mig_in_use(self, index):
         """GPU instance ids of GPU ``index`` that a vGPU runs on.
@@ -306,19 +397,25 @@ class Nvml:
             return None
 
     def mig_instances(self, dev):
+        """The GPU instances on ``dev``, by start slice.
+
+        A profile the GPU does not offer has none; any other NVML error
+        raises: a list missing instances would show their slices free.
+        """
         lib = self.lib
         found = []
+        absent = (lib.NVMLError_NotSupported, lib.NVMLError_InvalidArgument)
         for profile in range(lib.NVML_GPU_INSTANCE_PROFILE_COUNT):
-            info = self._try(lib.nvmlDeviceGetGpuInstanceProfileInfo, dev,
-                             profile)
-            if info is None:
+            try:
+                info = lib.nvmlDeviceGetGpuInstanceProfileInfo(dev, profile)
+            except absent:
                 continue
             handles = (lib.c_nvmlGpuInstance_t * MAX_GPU_INSTANCES)()
             count = ctypes.c_uint(0)
             try:
                 lib.nvmlDeviceGetGpuInstances(dev, info.id, handles,
                                               ctypes.byref(count))
-            except lib.NVMLError:
+            except absent:
                 continue
             for i in range(count.value):
                 gi = lib.nvmlGpuInstanceGetInfo(handles[i])

@@ -86,10 +86,12 @@ def main(argv=None):
                 result = agent.cycle(publisher)
                 metrics.observe(result)
                 events.observe(result)
-                LOG.info('GPU cycle: report generation %d, %d GPUs, '
-                         'reconcile %.3fs, discovery %.3fs, %s reports '
-                         'unsent', result['report']['generation'],
+                LOG.info('GPU cycle: report generation %d, %d GPUs '
+                         '(%d NVML cannot read, left out), reconcile '
+                         '%.3fs, discovery %.3fs, %s reports unsent',
+                         result['report']['generation'],
                          len(result['report']['gpus']),
+                         len(result['unreadable_gpus']),
                          result['timings']['reconcile_s'],
                          result['timings']['discover_s'],
                          result['unsent_reports'])

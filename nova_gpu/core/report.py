@@ -48,6 +48,17 @@ Optional in both versions, for driver-aware placement
                 "guest_driver_branches": ["R535", "R550"],
                 "vgpu_version_range": [65536, 1114112]}  # may be null
 
+Optional in version 2, the GPUs the agent left out of ``gpus``: those
+NVML lists but cannot read now (fallen off the bus, a driver fault), with
+every Placement provider Nova may have made for each (``left_out_providers``)::
+
+     "left_out": [{"address": "0000:52:00.0", "reason": "GPU is lost",
+                   "providers": ["compute-1_pci_0000_52_00_0",
+                                 "compute-1_0000:52:00.0"]}]
+
+The scheduler knows those providers to stand for no usable GPU and drops
+the allocation candidates that use them.
+
 Version 1 is the same without ``providers`` and ``boot_id``; each GPU has
 one ``provider`` name instead (a ``pf_mdev`` provider of class VGPU). A
 version 2 GPU entry without ``providers`` is read the same way.
@@ -203,6 +214,15 @@ class Provider:
 
 
 @dataclasses.dataclass(frozen=True)
+class LeftOutGpu:
+    """A GPU the agent left out of a report: NVML cannot read it now."""
+
+    address: str
+    reason: str
+    providers: tuple  # names of the providers Nova may have made for it
+
+
+@dataclasses.dataclass(frozen=True)
 class Report:
     """A validated report."""
 
@@ -213,6 +233,7 @@ class Report:
     boot_id: str
     providers: tuple  # Provider, every kind, ordered by GPU
     drivers: object = None  # drivers.DriverInfo, when the agent knows
+    left_out: tuple = ()  # LeftOutGpu
 
     def provider_map(self):
         """Provider name -> Provider."""
@@ -341,7 +362,37 @@ class _Parser:
                 names.add(p.name)
                 providers.append(p)
         return Report(version, host, nodename, generation, boot_id,
-                      tuple(providers), self.drivers(data.get('nvidia')))
+                      tuple(providers), self.drivers(data.get('nvidia')),
+                      self.left_out(data.get('left_out'), host, names))
+
+    def left_out(self, raw, host, names):
+        """The optional ``left_out`` list: a ``LeftOutGpu`` each, none of
+        them a reported GPU, none of their providers a reported one's.
+        """
+        reported = {g.address for g in host.gpus}
+        found = []
+        for n, entry in enumerate(self.array(_absent_empty(raw), 'left_out',
+                                             MAX_GPUS)):
+            path = 'left_out[%d]' % n
+            entry = self.mapping(entry, path)
+            address = self.address(self.field(entry, 'address',
+                                              path + '.address'),
+                                   path + '.address')
+            if address in reported:
+                self.fail(path + '.address', 'GPU %s is also in gpus'
+                          % address)
+            reason = self.string(self.field(entry, 'reason',
+                                            path + '.reason'),
+                                 path + '.reason')
+            providers = self.array(_absent_empty(entry.get('providers')),
+                                   path + '.providers', MAX_PROVIDERS)
+            for i, name in enumerate(providers):
+                where = '%s.providers[%d]' % (path, i)
+                if self.string(name, where) in names:
+                    self.fail(where, 'provider %s also stands for a '
+                              'reported GPU' % _shown(name))
+            found.append(LeftOutGpu(address, reason, tuple(providers)))
+        return tuple(found)
 
     def drivers(self, raw):
         """The optional ``nvidia`` object: a ``drivers.DriverInfo``."""
@@ -640,6 +691,18 @@ def host_to_dict(host, nodename=None, generation=0, providers=None,
     if drivers is not None:
         data['nvidia'] = drivers_to_dict(drivers)
     return data
+
+
+def left_out_providers(nodename, address, vfs=()):
+    """Every provider name Nova 34 may have made for the GPU at PCI
+    ``address`` (a PF) with virtual functions ``vfs``: an mdev parent's
+    VGPU provider for the PF and each VF, and the PCI in Placement
+    provider of the PF (pooled VFs or the whole GPU). Names Nova did not
+    make resolve to nothing.
+    """
+    names = [mdev_provider_name(nodename, a) for a in (address, *vfs)]
+    names.append(pci_provider_name(nodename, address))
+    return names
 
 
 def drivers_to_dict(info):

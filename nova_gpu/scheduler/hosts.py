@@ -69,6 +69,13 @@ def _shared(value):
 
 _ALLOCATIONS = operator.itemgetter('allocations')
 
+# The GPU set of a candidate that allocates on a provider of a GPU its
+# host's agent left out of the report (NVML cannot read it: fallen off the
+# bus, a driver fault): no GPU can serve it, and the candidate is dropped
+# (``ranking.order``). Candidates whose GPUs are merely unknown (None: a
+# report behind Placement) are kept, after the others.
+LOST = (-1,)
+
 
 @functools.lru_cache(maxsize=MAX_SORTED)
 def _sorted_gpus(gpus):
@@ -99,11 +106,20 @@ class HostEntry:
                  'boot_id', 'version', 'pending', 'models', 'received',
                  'rp_sets', 'topology_key', 'state_key', 'failures',
                  'last_ranking', 'drivers', 'unit_names', 'unit_uuids',
-                 'last_order')
+                 'last_order', 'left_out', 'lost_names', 'lost_uuids')
 
     def __init__(self, nodename, host, providers, generation, received,
-                 provider_info=None, boot_id=None, drivers=None):
+                 provider_info=None, boot_id=None, drivers=None,
+                 left_out=()):
         self.nodename = nodename
+        # GPUs the agent left out of the report (core.report.LeftOutGpu:
+        # NVML cannot read them), and the names, then UUIDs, of the
+        # providers Nova may have made for them: candidates using one
+        # are dropped (``LOST``).
+        self.left_out = tuple(left_out)
+        self.lost_names = frozenset(
+            name for gpu in left_out for name in gpu.providers) or None
+        self.lost_uuids = None
         # core.drivers.DriverInfo the report carried (GpuDriverFilter).
         self.drivers = drivers
         # The host as reported, shared with every host reported in the same
@@ -245,12 +261,16 @@ class HostEntry:
         # in every candidate, as Placement answers): dropped, unless one
         # allocates a GPU class (a GPU provider this host cannot name).
         classes = None
+        lost = self.lost_uuids
         found = []
         start = 0
         for rps, candidate in zip(key, candidates):
             gpus = flat[start:start + len(rps)]
             start += len(rps)
             if None in gpus:
+                if lost is not None and not lost.isdisjoint(rps):
+                    found.append(LOST)
+                    continue
                 if classes is None:
                     classes = self._gpu_classes(resource_class)
                 gpus = _named_gpus(rps, gpus, candidate['allocations'],
@@ -434,7 +454,8 @@ class Hosts:
                           parsed.generation, self.clock(),
                           provider_info=parsed.provider_map(),
                           boot_id=parsed.boot_id,
-                          drivers=getattr(parsed, 'drivers', None))
+                          drivers=getattr(parsed, 'drivers', None),
+                          left_out=parsed.left_out)
         with self._lock:
             old = self._hosts.get(entry.nodename)
             if old is not None and not self._newer(old, entry):
@@ -444,10 +465,12 @@ class Hosts:
                 # Same providers keep their UUIDs; the report supersedes
                 # every claim counted so far.
                 entry.version = old.version + 1
-                if old.providers == providers:
+                if (old.providers == providers
+                        and old.lost_names == entry.lost_names):
                     entry.uuids = old.uuids
                     entry.mig_uuids = old.mig_uuids
                     entry.unit_uuids = old.unit_uuids
+                    entry.lost_uuids = old.lost_uuids
                     known = len(old.uuids) == len(providers)
             self._hosts[entry.nodename] = entry
         if not known:
@@ -483,10 +506,12 @@ class Hosts:
 
     def resolve(self, entry):
         """Learn the Placement UUID of each GPU provider (off the hot path)."""
-        if self.resolver is None or not entry.providers:
+        if self.resolver is None or not (entry.providers
+                                         or entry.lost_names):
             return
         try:
-            found = self.resolver(entry.nodename, sorted(entry.providers))
+            found = self.resolver(entry.nodename, sorted(entry.providers)
+                                  + sorted(entry.lost_names or ()))
         except Exception as e:  # the next report retries
             LOG.warning('Cannot resolve the GPU providers of %s yet: %s',
                         entry.nodename, e)
@@ -505,10 +530,14 @@ class Hosts:
         units = entry.unit_names
         unit_uuids = units and frozenset(
             uuid for name, uuid in uuids_by_name.items() if name in units)
+        lost = entry.lost_names
+        lost_uuids = lost and frozenset(
+            uuid for name, uuid in uuids_by_name.items() if name in lost)
         with self._lock:
             entry.uuids = uuids
             entry.mig_uuids = mig_uuids or None
             entry.unit_uuids = unit_uuids or None
+            entry.lost_uuids = lost_uuids or None
             entry.rp_sets = None
             entry.last_order = None
 

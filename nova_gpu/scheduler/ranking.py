@@ -18,6 +18,7 @@ import cachetools
 
 from nova_gpu.core import engine as engine_mod
 from nova_gpu.core import request as request_mod
+from nova_gpu.scheduler import hosts as hosts_mod
 
 # Rankings memoised, shared by hosts in the same state; at most this many.
 MAX_RANKINGS = 50000
@@ -94,6 +95,8 @@ def rank(engine, entry, spec):
     alts = [a for model in sorted(entry.models) + ['*']
             for a in spec.per_model.get(model, ())]
     if not alts:
+        if not host.gpus:
+            return Ranking((), 'no GPUs reported')
         models = sorted({m for a in spec.alternatives
                          for m in a.models or ()})
         return Ranking((), 'has no GPU of model %s (it has %s)'
@@ -148,7 +151,8 @@ def order(ranking, gpu_sets, evaluate_set):
     """Candidates kept, best first, and the Ranked of the first.
 
     ``gpu_sets`` lists each candidate's GPU indices (None: unknown, kept
-    after the others); ``evaluate_set(gpus)`` gives the Ranked of a set or
+    after the others; ``hosts.LOST``: on a GPU its host's agent cannot
+    read, dropped); ``evaluate_set(gpus)`` gives the Ranked of a set or
     None (the candidate is dropped). Returns ``(indices, best)``, memoised
     in ``ranking`` per ``gpu_sets``; ``best`` is None when the first kept
     candidate's GPUs are unknown.
@@ -162,6 +166,8 @@ def order(ranking, gpu_sets, evaluate_set):
         if gpus is None:
             keyed.append((UNKNOWN, i, None))
             continue
+        if gpus == hosts_mod.LOST:
+            continue  # a GPU its host's agent cannot read
         ranked = evaluate_set(gpus)
         if ranked is not None:
             keyed.append((ranked.key, i, ranked))

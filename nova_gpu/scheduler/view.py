@@ -303,9 +303,8 @@ class GpuView:
         if not order:
             return Decision(
                 request, num_instances, order=order, entry=entry, full=full,
-                why='Placement offered GPU providers that cannot serve the '
-                    'request: %s' % (ranking.why or
-                                     'profile, model or topology'))
+                why=self._none_serves(entry, ranking, candidates, request,
+                                      offered, gpu_sets))
         if full:
             if gpu_sets is None:
                 gpu_sets = entry.gpu_sets(candidates, request.classes,
@@ -322,6 +321,22 @@ class GpuView:
                    else None)
         return Decision(request, num_instances, best, order=order,
                         entry=entry, claimed=claimed, full=full)
+
+    @staticmethod
+    def _none_serves(entry, ranking, candidates, request, offered,
+                     gpu_sets):
+        """Why none of the candidates Placement offered can serve."""
+        if entry.lost_uuids:
+            if gpu_sets is None:
+                gpu_sets = entry.gpu_sets(candidates, request.classes,
+                                          offered)
+            if all(gpus == hosts_mod.LOST for gpus in gpu_sets):
+                return ('Placement offered only providers of GPUs this '
+                        'host\'s agent cannot read (%s)' % '; '.join(
+                            '%s: %s' % (g.address, g.reason)
+                            for g in entry.left_out))
+        return ('Placement offered GPU providers that cannot serve the '
+                'request: %s' % (ranking.why or 'profile, model or topology'))
 
     def _without_full(self, entry, spec, ranking, candidates, gpu_sets,
                       order, best, full):

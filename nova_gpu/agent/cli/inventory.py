@@ -27,7 +27,8 @@ class ListGpus(base.Lister):
 
     def rows(self, agent, args):
         rows = []
-        for g in agent.discover().gpus:
+        inv = agent.discover()
+        for g in inv.gpus:
             devs = len(g.mdevs) + len(g.vf_vgpus) + len(g.mig_slots)
             rows.append((g.index, g.address, g.model.name, g.numa_node,
                          g.pci.driver if g.pci else '-',
@@ -35,6 +36,12 @@ class ListGpus(base.Lister):
                          'on' if g.nvml and g.nvml.mig_enabled else 'off',
                          '-' if g.nvlink_domain is None
                          else g.nvlink_domain, devs))
+        # Left out of the report until NVML reads them again: shown here,
+        # so that a lost GPU is not simply missing from the list.
+        for u in inv.unreadable:
+            rows.append(('-', u['address'] or 'NVML GPU %d' % (
+                u['nvml_index']), 'unreadable: %s' % u['reason'],
+                '-', '-', '-', '-', '-', '-'))
         return rows
 
 

@@ -62,6 +62,46 @@ class FilterTest(FilterCase):
                          [list(c['allocations'])[0]
                           for c in state.allocation_candidates])
 
+    def test_candidates_on_a_gpu_left_out_of_the_report_are_dropped(self):
+        # The agent left out a GPU NVML cannot read (report "left_out"):
+        # Placement still offers its provider (h1-rp2), which stands for
+        # no usable GPU; the host's other GPUs serve.
+        log = self.useFixture(fixtures.FakeLogger(level=logging.INFO))
+        data = base.gpu_report('h1', 'A100-40GB', count=3,
+                               vgpu_type='A100-10C')
+        data['left_out'] = [{'address': '0000:84:00.0',
+                             'reason': 'GPU is lost',
+                             'providers': [base.provider('h1', 3)]}]
+        self.view.ingest(data)
+        self.view.set_provider_uuids('h1', {
+            base.provider('h1', 0): 'h1-rp0', base.provider('h1', 1):
+            'h1-rp1', base.provider('h1', 2): 'h1-rp3',
+            base.provider('h1', 3): 'h1-rp2'})
+        state = self.host_state('h1', [candidate('h1-rp2'),
+                                       candidate('h1-rp3'),
+                                       candidate('h1-rp0')])
+        passed = self.run_filter([state], self.request(resources__VGPU='1'))
+        self.assertEqual([state], passed)
+        self.assertEqual(['h1-rp0', 'h1-rp3'],
+                         sorted(list(c['allocations'])[0]
+                                for c in state.allocation_candidates))
+        # A provider the view cannot name otherwise (a report behind
+        # Placement) is still kept, after the others.
+        state = self.host_state('h1', [candidate('h1-rp9'),
+                                       candidate('h1-rp0')])
+        self.run_filter([state], self.request(resources__VGPU='1'))
+        self.assertEqual(['h1-rp0', 'h1-rp9'],
+                         [list(c['allocations'])[0]
+                          for c in state.allocation_candidates])
+        # Only that GPU's candidates: the host is refused, with why (or,
+        # with selected_host, left no candidate and skipped by Nova).
+        state = self.host_state('h1', [candidate('h1-rp2')])
+        passed = self.run_filter([state], self.request(resources__VGPU='1'))
+        self.assertEqual([], [s for s in passed if s.allocation_candidates])
+        self.assertIn('Placement offered only providers of GPUs this '
+                      'host\'s agent cannot read (0000:84:00.0: GPU is '
+                      'lost)', log.output)
+
     def test_wrong_model_dropped_with_reason_logged(self):
         log = self.useFixture(fixtures.FakeLogger(level=logging.INFO))
         self.add_host('h1', 'A100-40GB', vgpu_type='A100-10C')

@@ -84,6 +84,24 @@ class FakePynvml(types.SimpleNamespace):
         if state_file and os.path.exists(state_file):
             self._sync()
 
+    def fail(self, name, error, address=None):
+        """Make NVML call ``name`` raise ``NVMLError(error)``, for the GPU
+        at PCI ``address`` (``0000:52:00.0``) only when given (its handle,
+        or its index for ``nvmlDeviceGetHandleByIndex``): a GPU fallen
+        off the bus (``NVML_ERROR_GPU_IS_LOST``), a driver fault.
+        """
+        real = getattr(type(self), name).__get__(self)
+
+        def failing(*args):
+            target = args[0] if args else None
+            if isinstance(target, int) and name.endswith('ByIndex'):
+                target = self.gpus[target]
+            bus_id = getattr(target, 'bus_id', '').lower()
+            if address is None or bus_id[-12:] == address.lower():
+                raise pynvml.NVMLError(error)
+            return real(*args)
+        setattr(self, name, failing)
+
     def _sync(self):
         if not self.state_file:
             return

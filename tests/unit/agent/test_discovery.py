@@ -3,10 +3,12 @@
 import dataclasses
 import os
 import tempfile
+import types
 
 import pynvml
 import testtools
 
+from nova_gpu.agent.cli import inventory
 from nova_gpu.agent import discovery
 from nova_gpu.agent import errors
 from nova_gpu.agent import nvml
@@ -227,6 +229,165 @@ class TestA100Mig(SysfsCase):
         self.nvml.destroy_mig(0, 2)
         self.assertEqual([('3g.20gb', 0, None)],
                          self.discover().gpus[0].mig_slots)
+
+
+class TestUnreadableGpus(SysfsCase):
+    """A GPU NVML lists but cannot read (fallen off the bus, a driver
+    fault) is left out of the report; the host's other GPUs are reported.
+    """
+
+    def setUp(self):
+        super().setUp()
+        fakenvml.hgx_h100_sysfs(self.fs)
+        self.lib = fakenvml.hgx_h100()
+        self.nvml = nvml.Nvml(lib=self.lib)
+
+    def discover(self, libvirt=None):
+        return discovery.Discovery(self.sysfs, self.nvml, CATALOG,
+                                   host='hgx1', libvirt=libvirt).discover()
+
+    def test_lost_gpu_is_left_out_not_the_host(self):
+        self.lib.fail('nvmlDeviceGetName', pynvml.NVML_ERROR_GPU_IS_LOST,
+                      address='0000:52:00.0')
+        inv = self.discover(libvirt=_Libvirt(['0000:52:00.0']))
+        addresses = [g.address for g in inv.gpus]
+        # sysfs and libvirt still show it: neither brings it back.
+        self.assertNotIn('0000:52:00.0', addresses)
+        self.assertEqual(7, len(addresses))
+        self.assertEqual(list(range(7)), [g.index for g in inv.gpus])
+        self.assertEqual([{'address': '0000:52:00.0', 'nvml_index': 2,
+                           'reason': 'GPU is lost'}], inv.unreadable)
+        data = inv.report()
+        self.assertEqual(7, len(data['gpus']))
+        # The scheduler learns which providers stand for no usable GPU.
+        self.assertEqual([{'address': '0000:52:00.0',
+                           'reason': 'GPU is lost',
+                           'providers': ['hgx1_pci_0000_52_00_0',
+                                         'hgx1_0000:52:00.0']}],
+                         data['left_out'])
+        parsed = report.parse(data, CATALOG)
+        self.assertEqual(['0000:52:00.0'],
+                         [g.address for g in parsed.left_out])
+        # Read again: nothing left out.
+        self.lib.nvmlDeviceGetName = type(self.lib).nvmlDeviceGetName.__get__(
+            self.lib)
+        data = self.discover().report()
+        self.assertEqual(8, len(data['gpus']))
+        self.assertNotIn('left_out', data)
+
+    def test_nova_gpu_list_shows_them(self):
+        self.lib.fail('nvmlDeviceGetName', pynvml.NVML_ERROR_GPU_IS_LOST,
+                      address='0000:52:00.0')
+        self.lib.fail('nvmlDeviceGetHandleByIndex',
+                      pynvml.NVML_ERROR_UNKNOWN, address='0000:df:00.0')
+        agent = types.SimpleNamespace(discover=self.discover)
+        rows = inventory.ListGpus(None, None).rows(agent, None)
+        self.assertEqual(6, len([r for r in rows if r[0] != '-']))
+        self.assertEqual(
+            [('0000:52:00.0', 'unreadable: GPU is lost'),
+             ('NVML GPU 7', 'unreadable: Unknown Error')],
+            [r[1:3] for r in rows if r[0] == '-'])
+
+    def test_lost_anywhere_in_the_reading_leaves_the_gpu_out(self):
+        for call in ('nvmlDeviceGetNumaNodeId', 'nvmlDeviceGetNvLinkState',
+                     'nvmlDeviceGetSupportedVgpus', 'nvmlDeviceGetMigMode'):
+            lib = fakenvml.hgx_h100()
+            lib.fail(call, pynvml.NVML_ERROR_GPU_IS_LOST,
+                     address='0000:9d:00.0')
+            self.nvml = nvml.Nvml(lib=lib)
+            inv = self.discover()
+            self.assertEqual(['0000:9d:00.0'],
+                             [u['address'] for u in inv.unreadable], call)
+            self.assertEqual(7, len(inv.gpus), call)
+
+    def test_mig_mode_unknown_is_not_taken_for_no_mig(self):
+        # Not supported: a GPU without MIG. Any other answer: the GPU
+        # cannot be told apart from one carved into MIG instances.
+        self.lib.fail('nvmlDeviceGetMigMode', pynvml.NVML_ERROR_UNKNOWN,
+                      address='0000:1b:00.0')
+        inv = self.discover()
+        self.assertEqual([('0000:1b:00.0', 'Unknown Error')],
+                         [(u['address'], u['reason'])
+                          for u in inv.unreadable])
+        self.assertEqual(7, len(inv.gpus))
+        lib = fakenvml.hgx_h100()
+        lib.fail('nvmlDeviceGetMigMode', pynvml.NVML_ERROR_NOT_SUPPORTED)
+        self.nvml = nvml.Nvml(lib=lib)
+        inv = self.discover()
+        self.assertEqual([], inv.unreadable)
+        self.assertEqual(8, len(inv.gpus))
+
+    def test_refinements_nvml_cannot_give_are_left_out(self):
+        # NUMA node and vGPU types: reported without them, not dropped.
+        for call in ('nvmlDeviceGetNumaNodeId', 'nvmlDeviceGetSupportedVgpus',
+                     'nvmlVgpuTypeGetName'):
+            lib = fakenvml.hgx_h100()
+            lib.fail(call, pynvml.NVML_ERROR_UNKNOWN)
+            self.nvml = nvml.Nvml(lib=lib)
+            inv = self.discover()
+            self.assertEqual([], inv.unreadable, call)
+            self.assertEqual(8, len(inv.gpus), call)
+        self.assertEqual({}, self.nvml.gpus()[0].supported_vgpu_types)
+
+    def test_gpu_without_an_address_leaves_out_what_nvidia_holds(self):
+        # NVML cannot even give its handle: the GPU the nvidia driver
+        # holds that NVML did not list is the one; a GPU bound to
+        # vfio-pci (whole-GPU passthrough, never in NVML) stays.
+        self.fs.add_pci('0000:e5:00.0', '0x2330', numa_node=1,
+                        driver='vfio-pci')
+        self.lib.fail('nvmlDeviceGetHandleByIndex',
+                      pynvml.NVML_ERROR_GPU_IS_LOST, address='0000:c3:00.0')
+        inv = self.discover()
+        addresses = [g.address for g in inv.gpus]
+        self.assertNotIn('0000:c3:00.0', addresses)
+        self.assertIn('0000:e5:00.0', addresses)
+        self.assertEqual(8, len(addresses))
+        self.assertEqual([{'address': None, 'nvml_index': 5,
+                           'reason': 'GPU is lost'}], inv.unreadable)
+        self.assertEqual(
+            [('0000:c3:00.0',
+              'NVML cannot give its PCI address: GPU is lost')],
+            [(g['address'], g['reason']) for g in inv.report()['left_out']])
+
+    def test_looking_a_gpu_up_skips_those_nvml_cannot_read(self):
+        self.lib.fail('nvmlDeviceGetPciInfo', pynvml.NVML_ERROR_GPU_IS_LOST,
+                      address='0000:43:00.0')
+        self.assertEqual(2, self.nvml.index_of('0000:52:00.0'))
+        self.assertIsNone(self.nvml.index_of('0000:43:00.0'))
+        err = self.assertRaises(errors.Unavailable, self.nvml.address, 1)
+        self.assertIn('GPU 1: NVML cannot give its PCI address: GPU is '
+                      'lost', str(err))
+
+    def test_nvml_that_cannot_count_fails_the_discovery_by_name(self):
+        self.lib.fail('nvmlDeviceGetCount',
+                      pynvml.NVML_ERROR_DRIVER_NOT_LOADED)
+        err = self.assertRaises(errors.Unavailable, self.discover)
+        self.assertIn('NVML cannot count the GPUs: Driver Not Loaded',
+                      str(err))
+
+    def test_mig_instances_nvml_cannot_list_are_an_agent_error(self):
+        lib = fakenvml.a100_mig()
+        lib.fail('nvmlGpuInstanceGetInfo', pynvml.NVML_ERROR_UNKNOWN)
+        n = nvml.Nvml(lib=lib)
+        err = self.assertRaises(errors.Unavailable, n.mig_instances_of, 0)
+        self.assertIn('GPU 0: cannot list its MIG instances', str(err))
+        gpus, unreadable = n.read_gpus()
+        self.assertEqual([], gpus)
+        self.assertEqual('Unknown Error', unreadable[0].reason)
+
+
+class _Libvirt:
+    """libvirt's node devices, as discovery reads them."""
+
+    def __init__(self, addresses):
+        self.addresses = addresses
+
+    def pci_devices(self):
+        return [{'path': '/sys/devices/pci0000:00/' + a}
+                for a in self.addresses]
+
+    def domain_refs(self):
+        return []
 
 
 class TestWithoutDriver(SysfsCase):

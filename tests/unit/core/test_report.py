@@ -108,6 +108,23 @@ class ReportTest(base.TestCase):
         host = report.host_from_dict(data, self.catalog)
         self.assertEqual([0, 1, 2, 3], [g.index for g in host.gpus])
 
+    def test_gpus_left_out(self):
+        # GPUs the agent could not read: not in gpus, their providers
+        # named for the scheduler to drop.
+        data = _v2(self.catalog)
+        self.assertEqual((), report.parse(data, self.catalog).left_out)
+        names = report.left_out_providers('c1', '0000:98:00.0',
+                                          ['0000:98:00.4', '0000:98:00.5'])
+        self.assertEqual(['c1_pci_0000_98_00_0', 'c1_pci_0000_98_00_4',
+                          'c1_pci_0000_98_00_5', 'c1_0000:98:00.0'], names)
+        data['left_out'] = [{'address': '0000:98:00.0',
+                             'reason': 'GPU is lost', 'providers': names}]
+        parsed = report.parse(json.loads(json.dumps(data)), self.catalog)
+        self.assertEqual((report.LeftOutGpu('0000:98:00.0', 'GPU is lost',
+                                            tuple(names)),),
+                         parsed.left_out)
+        self.assertEqual(4, len(parsed.host.gpus))
+
     def test_extra_keys_are_ignored(self):
         data = _v2(self.catalog)
         data['agent'] = {'sources': {}}
@@ -196,6 +213,22 @@ class ReportTest(base.TestCase):
         ('gpus.2.providers.0.vfs', ['0000:58:00.4', 7],
          'gpus[2].providers[0].vfs[1]'),
         ('gpus.3.providers.0.name', 'c1_0000:58:00.0', 'gpus[3].providers'),
+        ('left_out', {}, 'left_out'),
+        ('left_out', [[]], 'left_out[0]'),
+        ('left_out', [{'reason': 'GPU is lost'}], 'left_out[0].address'),
+        ('left_out', [{'address': '0000:18:00.0', 'reason': 'GPU is lost'}],
+         'left_out[0].address'),
+        ('left_out', [{'address': '0000:98:00.0'}], 'left_out[0].reason'),
+        ('left_out', [{'address': '0000:98:00.0', 'reason': 'x' * 256}],
+         'left_out[0].reason'),
+        ('left_out', [{'address': '0000:98:00.0', 'reason': 'x',
+                       'providers': 'c1_0000:98:00.0'}],
+         'left_out[0].providers'),
+        ('left_out', [{'address': '0000:98:00.0', 'reason': 'x',
+                       'providers': [7]}], 'left_out[0].providers[0]'),
+        ('left_out', [{'address': '0000:98:00.0', 'reason': 'x',
+                       'providers': ['c1_pci_0000_18_00_0']}],
+         'left_out[0].providers[0]'),
     ]
 
     def test_each_malformed_field_is_named(self):

@@ -204,6 +204,31 @@ class HostCollectorTest(testtools.TestCase):
         self.assertEqual(1700000000.0,
                          v('nova_gpu_agent_last_reconcile_timestamp_seconds'))
 
+    def test_gpus_nvml_cannot_read(self):
+        self.collector.observe(_cycle())
+        self.assertEqual(0, self.value('nova_gpu_agent_gpus_unreadable',
+                                       host='gpu-1'))
+        lost = {'address': '0000:3b:00.0', 'nvml_index': 1,
+                'reason': 'GPU is lost'}
+        self.collector.observe(dict(_cycle(), unreadable_gpus=[
+            lost, {'address': None, 'nvml_index': 3,
+                   'reason': 'Unknown Error'}]))
+        self.assertEqual(2, self.value('nova_gpu_agent_gpus_unreadable',
+                                       host='gpu-1'))
+        self.assertEqual(1, self.value(
+            'nova_gpu_gpu_unreadable_info', host='gpu-1', nvml_index='1',
+            address='0000:3b:00.0', reason='GPU is lost'))
+        self.assertEqual(1, self.value(
+            'nova_gpu_gpu_unreadable_info', host='gpu-1', nvml_index='3',
+            address='', reason='Unknown Error'))
+        # Read again: the series go.
+        self.collector.observe(_cycle())
+        self.assertEqual(0, self.value('nova_gpu_agent_gpus_unreadable',
+                                       host='gpu-1'))
+        self.assertIsNone(self.value(
+            'nova_gpu_gpu_unreadable_info', host='gpu-1', nvml_index='1',
+            address='0000:3b:00.0', reason='GPU is lost'))
+
     def test_a_bad_report_keeps_the_previous_one(self):
         self.collector.observe(_cycle())
         bad = _report()
@@ -321,6 +346,24 @@ class DeviceEventsTest(testtools.TestCase):
         report['gpus'][0]['devices'] = []
         self.assertEqual([('remove', MDEV)], [
             (p.action, p.device) for p in events.observe(
+                {'report': report})])
+
+    def test_devices_of_a_gpu_nvml_cannot_read_are_not_removed(self):
+        # Left out of the report while NVML cannot read its GPU: unknown,
+        # not removed; gone once the GPU reads again without them.
+        events = device_events.DeviceEvents(None, 'gpu-1',
+                                            send=lambda t, p: None)
+        events.observe(_cycle())
+        report = _report()
+        del report['gpus'][0]
+        self.assertEqual([], events.observe(
+            {'report': report, 'left_out_gpus': ['0000:07:00.0']}))
+        report = _report()
+        report['gpus'][0]['devices'] = []
+        self.assertEqual(
+            [('remove', '0000:07:00.0/mig@0'),
+             ('remove', '0000:07:00.0/mig@4')],
+            [(p.action, p.device) for p in events.observe(
                 {'report': report})])
 
     def test_a_failed_send_is_not_raised(self):

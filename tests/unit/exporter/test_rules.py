@@ -37,9 +37,12 @@ def emitted_names():
     """Every series name the two exporters emit (samples included)."""
     host = host_exporter.HostCollector(
         'h', nvml_mod.Nvml(lib=test_host_exporter._lib()), CATALOG)
-    host.observe(test_host_exporter._cycle(
-        {'errors': [], 'rolled_back': [], 'removed': [], 'waiting': []}, 0),
-        journal_intents=0)
+    cycle = test_host_exporter._cycle(
+        {'errors': [], 'rolled_back': [], 'removed': [], 'waiting': []}, 0)
+    # A GPU NVML cannot read, so that its series are emitted too.
+    cycle['unreadable_gpus'] = [{'address': '0000:3b:00.0',
+                                 'nvml_index': 1, 'reason': 'GPU is lost'}]
+    host.observe(cycle, journal_intents=0)
     state = cloud.CloudState(CATALOG)
     state.ingest_report(test_cloud.mixed_report())
     names = set()

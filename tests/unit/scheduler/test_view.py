@@ -37,7 +37,7 @@ class ViewTest(base.TestCase):
         # A report may list no GPU (all lost since the last one); every
         # kind of request gets a reason, not an error from the ranking.
         entry = self.add_host('h1', 'A100-40GB', count=0)
-        self.assertEqual((), entry.host.gpus)
+        self.assertEqual(0, len(entry.host.gpus))
         for asked in (STOCK, spec(gpu__kind='whole', gpu__count='2'),
                       spec(gpu__mig='3g.20gb', resources__VGPU='1')):
             ranking = self.view.ranking(entry, asked)
