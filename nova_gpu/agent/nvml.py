@@ -399,16 +399,19 @@ class Nvml:
     def mig_instances(self, dev):
         """The GPU instances on ``dev``, by start slice.
 
-        A profile the GPU does not offer has none; any other NVML error
-        raises: a list missing instances would show their slices free.
+        A profile the GPU does not offer has none; NVML failing to list
+        the instances of one it offers raises: a list missing instances
+        would show their slices free.
         """
         lib = self.lib
         found = []
         absent = (lib.NVMLError_NotSupported, lib.NVMLError_InvalidArgument)
         for profile in range(lib.NVML_GPU_INSTANCE_PROFILE_COUNT):
-            try:
-                info = lib.nvmlDeviceGetGpuInstanceProfileInfo(dev, profile)
-            except absent:
+            # A profile this GPU or driver does not know: whatever NVML
+            # answers (but a lost GPU), it has no instances.
+            info = self._refinement(lib.nvmlDeviceGetGpuInstanceProfileInfo,
+                                    dev, profile)
+            if info is None:
                 continue
             handles = (lib.c_nvmlGpuInstance_t * MAX_GPU_INSTANCES)()
             count = ctypes.c_uint(0)
