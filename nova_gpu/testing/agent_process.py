@@ -211,8 +211,10 @@ def write_fake_nvml(path, gpus):
     """Describe the GPUs the fake NVML shows, one dict each: ``address``
     (PCI), ``name`` (as NVML names the model), ``memory_mib``,
     ``numa_node``, ``nvlinks`` (PCI addresses at the far end of each
-    NVLink) and ``mig`` (in MIG mode; False when absent: GPUs are in MIG
-    mode only where NVML says so, with no GPU instance at start).
+    NVLink), ``mig`` (in MIG mode; False when absent: GPUs are in MIG
+    mode only where NVML says so, with no GPU instance at start) and
+    ``lost`` (fallen off the bus: NVML lists it and can say nothing else
+    of it).
     """
     with open(path, 'w') as f:
         json.dump([dict(g) for g in gpus], f, indent=1)
@@ -230,6 +232,9 @@ def _install_fake_nvml(path):
                          links=[nvml_bus_id(a) for a in g.get('nvlinks', ())],
                          mig=bool(g.get('mig', False)))
         for g in gpus])
+    for g in gpus:
+        if g.get('lost'):
+            fake.lose(g['address'])
     sys.modules['pynvml'] = fake
     return fake
 
@@ -581,7 +586,8 @@ class AgentReportsMixin:
                 'memory_mib': model.framebuffer_mib,
                 'numa_node': max(node.numa_node, 0),
                 'nvlinks': [pfs[j].address for pair in spec.nvlink
-                            if i in pair for j in pair if j != i]})
+                            if i in pair for j in pair if j != i],
+                'lost': i in self.lost_gpus(hostname)})
         return write_fake_nvml(os.path.join(self.agent_dirs[hostname],
                                             'nvml.json'), gpus)
 
@@ -612,6 +618,13 @@ class AgentReportsMixin:
     def agent_options(self, hostname):
         """More ``[gpu_agent]`` options for the agent of ``hostname``."""
         return {}
+
+    def lost_gpus(self, hostname):
+        """Indices of the GPUs of ``hostname`` (a host with NVLinks, whose
+        NVML is faked) that have fallen off the bus: NVML lists them and
+        can say nothing else of them.
+        """
+        return ()
 
     def stop_gpu_agent(self, hostname):
         """Stop the agent of ``hostname``; return its exit status.

@@ -109,3 +109,43 @@ class AgentReportsTest(agent_process.AgentReportsMixin,
             {index: {'T4-4C': 2}},
             {g.index: dict(g.vgpus) for g in self.entry('t4-b').host.gpus
              if g.vgpus})
+
+
+class LostGpuTest(agent_process.AgentReportsMixin, cloud.GpuCloudTestCase):
+    """A GPU fallen off the bus, end to end: the agent (its NVML faked at
+    the pynvml module) reports the host without it and names its
+    provider under ``left_out``; Nova's Placement still offers that
+    provider, and GpuFilter drops the candidates using it.
+    """
+
+    HOSTS = (cloud.GpuHost('v100', 'V100-32GB', 'V100DX-8C', gpus=4,
+                           numa=(0, 0, 1, 1), nvlink=((0, 2), (1, 3))),)
+    LOST = 1
+
+    def lost_gpus(self, hostname):
+        return (self.LOST,)
+
+    def test_lost_gpu_serves_no_guest_and_the_others_do(self):
+        entry = self.gpu_view.get('v100')
+        lost = self.provider_name('v100', self.LOST)
+        self.assertEqual(3, len(entry.host.gpus))
+        self.assertNotIn(lost, entry.providers)
+        [left_out] = entry.left_out
+        self.assertEqual('GPU is lost', left_out.reason)
+        self.assertIn(lost, left_out.providers)
+        # Placement still has the lost GPU's provider, with room.
+        (rp,) = self.placement.get('/resource_providers?name=%s' % lost
+                                   ).body['resource_providers']
+        self.assertEqual(frozenset([rp['uuid']]), entry.lost_uuids)
+        # Four GPUs at once need the lost one: no valid host, and why.
+        server = self.boot(self.create_gpu_flavor(
+            {'gpu:model': 'V100-32GB', 'gpu:count': '4'}),
+            expected_state='ERROR')
+        self.assertIn('No valid host', server['fault']['message'])
+        self.assertIn('v100: 3 of 3 GPUs can take a vgpu device, 4 needed; '
+                      'left out, its agent cannot read them: 0000:11:00.0 '
+                      '(GPU is lost)', self.stdlog.logger.output)
+        # Three fit on the others, whatever Placement offers first.
+        server = self.boot(self.create_gpu_flavor(
+            {'gpu:model': 'V100-32GB', 'gpu:count': '3'}))
+        self.assertEqual([0, 2, 3], self.gpus_of(server))

@@ -102,6 +102,17 @@ class FakePynvml(types.SimpleNamespace):
             return real(*args)
         setattr(self, name, failing)
 
+    def lose(self, address):
+        """The GPU at PCI ``address`` falls off the bus: NVML still lists
+        it (count, handle, PCI address) and every other question about it
+        raises ``NVML_ERROR_GPU_IS_LOST``.
+        """
+        for name in dir(type(self)):
+            if name.startswith('nvmlDevice') and name not in (
+                    'nvmlDeviceGetCount', 'nvmlDeviceGetHandleByIndex',
+                    'nvmlDeviceGetPciInfo'):
+                self.fail(name, pynvml.NVML_ERROR_GPU_IS_LOST, address)
+
     def _sync(self):
         if not self.state_file:
             return
