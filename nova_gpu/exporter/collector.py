@@ -15,6 +15,9 @@ Per host (``host`` label) and for the whole cloud:
 * ``nova_gpu_host_last_report_timestamp_seconds``,
   ``nova_gpu_host_report_age_seconds``, ``nova_gpu_host_stale`` (age over
   ``stale_after``) and ``nova_gpu_cloud_stale_hosts``;
+* ``nova_gpu_host_unreadable_gpus`` / ``nova_gpu_cloud_unreadable_gpus``:
+  GPUs the agents left out of their reports (``left_out``: NVML cannot
+  read them), not counted in the figures above;
 * counters from the notifications: ``nova_gpu_scheduler_requests_total``,
   ``nova_gpu_scheduler_requests_unplaced_total``,
   ``nova_gpu_scheduler_refusals_total{reason}`` (hosts refused),
@@ -82,10 +85,16 @@ class CloudCollector:
         host_stale = _gauge('host_stale', '1 when the host\'s report is '
                             'older than the exporter\'s stale_after.',
                             ('host',))
+        host_unread = _gauge('host_unreadable_gpus', 'GPUs the host\'s '
+                             'agent left out of its report: NVML cannot '
+                             'read them.', ('host',))
         gpus, free_devices = {}, {}
         capacity = free = frag = stranded = 0.0
-        stale = 0
+        stale = unreadable = 0
         for name, (entry, f) in sorted(figures.items()):
+            left_out = len(entry.report.left_out)
+            host_unread.add_metric([name], left_out)
+            unreadable += left_out
             for model, count in sorted(f.gpus.items()):
                 host_gpus.add_metric([name, model], count)
                 gpus[model] = gpus.get(model, 0) + count
@@ -119,8 +128,8 @@ class CloudCollector:
         for key, n in sorted(free_devices.items()):
             cloud_dev.add_metric(list(key), n)
         out = [host_gpus, host_free, host_dev, host_frag, host_frag_r,
-               host_strand, host_seen, host_age, host_stale, cloud_gpus,
-               cloud_dev]
+               host_strand, host_seen, host_age, host_stale, host_unread,
+               cloud_gpus, cloud_dev]
         for name, doc, value in (
                 ('cloud_free_gpus', 'Free GPU capacity of the cloud, in '
                  'GPUs.', free / MILLI),
@@ -137,7 +146,9 @@ class CloudCollector:
                  'device can use, in GPUs.', stranded / MILLI),
                 ('cloud_hosts', 'GPU hosts that reported.', len(figures)),
                 ('cloud_stale_hosts', 'GPU hosts whose report is stale.',
-                 stale)):
+                 stale),
+                ('cloud_unreadable_gpus', 'GPUs the agents left out of '
+                 'their reports: NVML cannot read them.', unreadable)):
             g = _gauge(name, doc)
             g.add_metric([], value)
             out.append(g)

@@ -176,6 +176,18 @@ class CollectorAndApiTest(testtools.TestCase):
                                          host='gpu-1'))
         self.assertEqual(1, self.value('nova_gpu_cloud_stale_hosts'))
 
+    def test_gpus_left_out_by_their_agents(self):
+        self.assertEqual(0, self.value('nova_gpu_cloud_unreadable_gpus'))
+        data = mixed_report(2, name='gpu-2')
+        data['left_out'] = [{'address': '0000:9a:00.0',
+                             'reason': 'GPU is lost', 'providers': []}]
+        self.state.ingest_report(data)
+        self.assertEqual(1, self.value('nova_gpu_host_unreadable_gpus',
+                                       host='gpu-2'))
+        self.assertEqual(0, self.value('nova_gpu_host_unreadable_gpus',
+                                       host='gpu-1'))
+        self.assertEqual(1, self.value('nova_gpu_cloud_unreadable_gpus'))
+
     def test_notifications_counted(self):
         refusal = notification.RefusalPayload(
             refusals={notification.NO_GPU_FITS: 3,
