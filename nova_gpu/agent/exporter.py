@@ -333,9 +333,12 @@ class HostCollector:
                                 ('host', 'gpu', 'vgpu', 'device',
                                  'instance_uuid')),
         }
-        models = {}
+        models, indices = {}, {}
         if parsed is not None:
             models = {g.address: g.model.name for g in parsed.host.gpus}
+            # The report's index labels a GPU in every series; NVML's
+            # differs once a GPU NVML cannot read is left out before it.
+            indices = {g.address: str(g.index) for g in parsed.host.gpus}
 
         def read(fn, *args):
             try:
@@ -353,7 +356,8 @@ class HostCollector:
                 address = nvml_mod.normalise_bus_id(pci.busId)
                 model = models.get(address) or _text(
                     read(lib.nvmlDeviceGetName, dev) or '')
-                labels = [self.host, str(index), address, model]
+                labels = [self.host, indices.get(address, str(index)),
+                          address, model]
                 util = read(lib.nvmlDeviceGetUtilizationRates, dev)
                 if util is not None:
                     gauges['util'].add_metric(labels, util.gpu / 100.0)
@@ -369,7 +373,7 @@ class HostCollector:
                             lib.NVML_TEMPERATURE_GPU)
                 if temp is not None:
                     gauges['temp'].add_metric(labels, temp)
-                self._vgpus(lib, read, dev, index, gauges)
+                self._vgpus(lib, read, dev, labels[1], gauges)
         return list(gauges.values())
 
     def _vgpus(self, lib, read, dev, index, gauges):
@@ -384,7 +388,7 @@ class HostCollector:
             if vm and vm[1] == getattr(lib, 'NVML_VGPU_VM_ID_UUID', 1):
                 uuid = _text(vm[0]).lower()
             mdev = _mdev_of(lib, read, vgpu)
-            labels = [self.host, str(index), str(int(vgpu)), mdev, uuid]
+            labels = [self.host, index, str(int(vgpu)), mdev, uuid]
             if int(vgpu) in util:
                 gauges['vutil'].add_metric(labels, util[int(vgpu)] / 100.0)
             fb = read(lib.nvmlVgpuInstanceGetFbUsage, vgpu)

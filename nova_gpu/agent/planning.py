@@ -334,7 +334,9 @@ class PlanningLoop:
                 continue
             gpu = host.gpus[d.gpu]
             try:
-                self.carver.apply(d.gpu, gpu.model, d.layout)
+                # The carver reaches the GPU by NVML's index.
+                self.carver.apply(inventory.gpus[d.gpu].nvml.index,
+                                  gpu.model, d.layout)
             except (errors.AgentError, exceptions.InvalidRequest,
                     OSError) as e:
                 # InUse included: a guest started since discovery. The
@@ -393,9 +395,9 @@ class PlanningLoop:
             elif pending is not None:
                 kinds[seen.index] = set()
                 self._no_kinds[seen.index] = (
-                    'MIG mode %s is pending a GPU reset (nvidia-smi -i %d '
+                    'MIG mode %s is pending a GPU reset (nvidia-smi -i %s '
                     '-r) or a reboot' % ('enable' if pending else
-                                         'disable', seen.index))
+                                         'disable', record.address))
                 LOG.warning('GPU %d: %s', seen.index,
                             self._no_kinds[seen.index])
             elif switch and record.model.mig_capable and gpu.is_free:
@@ -419,12 +421,14 @@ class PlanningLoop:
         if record.address in attached:
             return _busy(seen)  # passed through whole
         if mig_mode and record.mig_slots:
-            used = nvml.mig_in_use(seen.index)
+            # NVML's index, which the report's (``seen.index``) is not
+            # once a GPU NVML cannot read is left out before this one.
+            used = nvml.mig_in_use(record.nvml.index)
             if used is None:
                 return _busy(seen)  # NVML cannot tell: all in use
             types = {start: vgpu for _gi, start, vgpu in
                      (layout.instances if layout else ())}
-            for inst in nvml.mig_instances_of(seen.index):
+            for inst in nvml.mig_instances_of(record.nvml.index):
                 if inst.gi_id in used:
                     name = next((gi for gi, start, _v in record.mig_slots
                                  if start == inst.start), None)

@@ -61,7 +61,7 @@ class CreateMig(base.Action):
                                         % (g.index, profile.name))
             start = starts[0]
         return 'GPU instance %d' % agent.manager.create_mig(
-            g.index, profile, start)
+            _nvml_index(g), profile, start)
 
 
 class RemoveMdev(base.Action):
@@ -100,8 +100,20 @@ class RemoveMig(base.Action):
         return parser
 
     def result(self, agent, args):
-        agent.manager.remove_mig(args.gpu, args.gi_id)
+        g = inventory.find_gpu(agent.discover(), str(args.gpu))
+        agent.manager.remove_mig(_nvml_index(g), args.gi_id)
         return 'removed'
+
+
+def _nvml_index(record):
+    """NVML's index of a listed GPU (``nova-gpu list`` shows the report's,
+    which differs once a GPU NVML cannot read is left out before it).
+    """
+    if record.nvml is None:
+        raise errors.Unavailable('GPU %d (%s) is not seen by NVML: no MIG '
+                                 'instance can be made or removed there'
+                                 % (record.index, record.address))
+    return record.nvml.index
 
 
 class _Hostdev(base.Action):

@@ -163,6 +163,11 @@ class TestOutput(CliCase):
         self.assertEqual([1, 1, 1],
                          [len(g['providers']) for g in report['gpus']])
 
+    def test_mig_on_a_gpu_nvml_does_not_see(self):
+        proc = self.run_cli('remove', 'mig', '0', '5', rc=1)
+        self.assertOneLineError(proc, 'GPU 0 (0000:3b:00.0) is not seen by '
+                                'NVML')
+
     def test_list_table(self):
         out = self.run_cli('list').stdout
         self.assertIn('| 0000:3b:00.0 | T4 ', out)

@@ -8,6 +8,7 @@ import types
 import pynvml
 import testtools
 
+from nova_gpu.agent.cli import devices as devices_cli
 from nova_gpu.agent.cli import inventory
 from nova_gpu.agent import discovery
 from nova_gpu.agent import errors
@@ -287,6 +288,22 @@ class TestUnreadableGpus(SysfsCase):
             [('0000:52:00.0', 'unreadable: GPU is lost'),
              ('NVML GPU 7', 'unreadable: Unknown Error')],
             [r[1:3] for r in rows if r[0] == '-'])
+
+    def test_nova_gpu_mig_commands_reach_the_gpu_by_nvml_index(self):
+        # GPU 2 is lost: the listed GPU 2 is NVML's GPU 3.
+        self.lib.fail('nvmlDeviceGetName', pynvml.NVML_ERROR_GPU_IS_LOST,
+                      address='0000:52:00.0')
+        calls = []
+        agent = types.SimpleNamespace(
+            discover=self.discover, manager=types.SimpleNamespace(
+                create_mig=lambda *a: calls.append(('create',) + a) or 9,
+                remove_mig=lambda *a: calls.append(('remove',) + a)))
+        args = types.SimpleNamespace(gpu=2, profile='1g.10gb', start=0,
+                                     gi_id=9)
+        devices_cli.CreateMig(None, None).result(agent, args)
+        devices_cli.RemoveMig(None, None).result(agent, args)
+        self.assertEqual([3, 3], [c[1] for c in calls])
+        self.assertEqual('0000:61:00.0', self.discover().gpus[2].address)
 
     def test_lost_anywhere_in_the_reading_leaves_the_gpu_out(self):
         for call in ('nvmlDeviceGetNumaNodeId', 'nvmlDeviceGetNvLinkState',

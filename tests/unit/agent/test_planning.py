@@ -204,6 +204,28 @@ class PlanningLoopTest(testtools.TestCase):
             ('7g.40gb', 0, None),)),
             self.carver.store.load()['0000:0f:00.0'])
 
+    def test_carves_by_nvml_index_past_a_gpu_left_out(self):
+        # GPU 0 fell off the bus: the report's GPU 0 is NVML's GPU 1.
+        self.lib.lose('0000:07:00.0')
+        self.source.update(payload(SMALL))
+        inventory = self.inventory()
+        self.assertEqual(['0000:0f:00.0'],
+                         [g.address for g in inventory.gpus])
+        result = self.loop.run(inventory)
+        self.assertEqual([0], result['changed'])
+        self.assertEqual(7, len(self.shapes(1)))
+        self.assertEqual({}, self.lib.gpus[0].gis)
+        self.assertEqual(['0000:0f:00.0'],
+                         sorted(self.carver.store.load()))
+        # A guest on NVML GPU 1's instance keeps it (its use is read
+        # from NVML's GPU 1, not the lost GPU 0).
+        gi = self.carver.mig_state(1, A100)[('1g.5gb', 3)]
+        self.lib.start_vgpu_on(self.lib.gpus[1], gi)
+        self.source.update(payload(LARGE, version=2))
+        result = self.loop.run(self.inventory())
+        self.assertEqual([], result['changed'])
+        self.assertIn('in use: kept', result['decisions'][0])
+
     def test_hold_time_and_hysteresis_keep_layouts(self):
         self.loop.planner.min_hold = 600
         self.source.update(payload(SMALL))

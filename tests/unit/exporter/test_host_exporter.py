@@ -164,6 +164,17 @@ class HostCollectorTest(testtools.TestCase):
         self.assertEqual(5 * 2 ** 30, self.value(
             'nova_gpu_vgpu_memory_used_bytes', **vgpu))
 
+    def test_gpu_label_is_the_reports_index(self):
+        # The A100 (NVML's GPU 0) is left out of the report: the L4 is the
+        # report's GPU 0 and every series labels it so.
+        report = _report()
+        del report['gpus'][0]
+        report['gpus'][0]['index'] = 0
+        self.collector.observe({'report': report, 'reconcile': None})
+        l4 = dict(host='gpu-1', gpu='0', address='0000:3b:00.0', model='L4')
+        self.assertEqual(1, self.value('nova_gpu_gpu_free_ratio', **l4))
+        self.assertEqual(215.5, self.value('nova_gpu_gpu_power_watts', **l4))
+
     def test_devices_labelled_with_their_instance(self):
         self.collector.observe(_cycle(), instances={
             MDEV: ('instance-00000001', VM_UUID)})
