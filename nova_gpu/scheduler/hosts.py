@@ -72,8 +72,9 @@ _ALLOCATIONS = operator.itemgetter('allocations')
 # The GPU set of a candidate that allocates on a provider of a GPU its
 # host's agent left out of the report (NVML cannot read it: fallen off the
 # bus, a driver fault): no GPU can serve it, and the candidate is dropped
-# (``ranking.order``). Candidates whose GPUs are merely unknown (None: a
-# report behind Placement) are kept, after the others.
+# (``ranking.order``, which knows it by identity: this object is the one
+# ``_map`` puts in every such place). Candidates whose GPUs are merely
+# unknown (None: a report behind Placement) are kept, after the others.
 LOST = (-1,)
 
 

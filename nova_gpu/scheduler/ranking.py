@@ -178,7 +178,7 @@ def order(ranking, gpu_sets, evaluate_set):
         if gpus is None:
             keyed.append((UNKNOWN, i, None))
             continue
-        if gpus == hosts_mod.LOST:
+        if gpus is hosts_mod.LOST:
             continue  # a GPU its host's agent cannot read
         ranked = evaluate_set(gpus)
         if ranked is not None:
