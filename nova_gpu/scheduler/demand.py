@@ -140,7 +140,12 @@ def typical_requests(catalog):
     for line in CONF.gpu_scheduler.typical_requests:
         specs = dict(part.strip().split('=', 1) for part in line.split(';')
                      if '=' in part)
-        spec = flavor.parse(specs, catalog)
+        try:
+            spec = flavor.parse(specs, catalog)
+        except exceptions.InvalidRequest as e:
+            raise exceptions.InvalidRequest(
+                '[gpu_scheduler] typical_requests: %r: %s' % (line, e)
+            ) from e
         if spec is None or not spec.alternatives:
             raise exceptions.InvalidRequest(
                 '[gpu_scheduler] typical_requests: %r asks for no GPU'

@@ -63,3 +63,28 @@ class DemandPublishTest(base.TestCase):
                                'gpu_scheduler')
         self.view.note_request(SMALL)
         self.assertEqual([], self.published())
+
+
+class TypicalRequestsTest(base.TestCase):
+    """``[gpu_scheduler] typical_requests``: a bad line names the option,
+    the line and the problem, at start.
+    """
+
+    def test_bad_lines_are_named(self):
+        from nova_gpu.core import exceptions
+        from nova_gpu.scheduler import demand
+        for line, problem in (
+                ('gpu:profile=A100-99C', 'unknown vGPU profile'),
+                ('gpu:count=0;gpu:kind=whole', 'gpu:count'),
+                ('hw:cpu_policy=dedicated', 'asks for no GPU')):
+            self.conf.set_override('typical_requests', [line],
+                                   'gpu_scheduler')
+            err = self.assertRaises(exceptions.InvalidRequest,
+                                    demand.typical_requests, base.CATALOG)
+            self.assertIn('[gpu_scheduler] typical_requests: %r' % line,
+                          str(err))
+            self.assertIn(problem, str(err))
+        self.conf.set_override('typical_requests',
+                               ['gpu:profile=A100-10C'], 'gpu_scheduler')
+        self.assertEqual(['A100-10C'], [
+            r.profile for r in demand.typical_requests(base.CATALOG)])
