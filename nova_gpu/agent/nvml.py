@@ -299,8 +299,9 @@ class Nvml:
                                      'address: %s' % (index, e)) from e
 
     def index_of(self, address):
-        """Index of the GPU at PCI ``address``, or None (a GPU NVML
-        cannot read is none of them).
+        """Index of the GPU at PCI ``address``, or None when NVML lists
+        none there. Raises ``errors.Unavailable`` when it cannot tell: a
+        GPU NVML cannot give the address of may be that one.
         """
         if not self.available:
             return None
@@ -309,31 +310,41 @@ class Nvml:
         except self.lib.NVMLError as e:
             raise errors.Unavailable('NVML cannot count the GPUs: %s'
                                      % e) from e
+        unknown = None
         for index in range(count):
             try:
                 if self.address(index) == address:
                     return index
             except errors.AgentError as e:
-                LOG.debug('GPU %d skipped looking for %s: %s', index,
-                          address, e)
+                unknown = e
+        if unknown is not None:
+            raise errors.Unavailable('cannot tell whether NVML lists GPU %s: '
+                                     '%s' % (address, unknown))
         return None
 
     def mig_enabled(self, index):
-        mode = self._try(self.lib.nvmlDeviceGetMigMode, self._handle(index))
-        return bool(mode and mode[0] == self.lib.NVML_DEVICE_MIG_ENABLE)
+        mode = self.mig_mode(index)
+        return bool(mode and mode[0])
 
     def mig_mode(self, index):
         """``(current, pending)`` MIG mode of GPU ``index``, True for
         enabled; None when the GPU has no MIG mode (NVML: not supported).
+        Raises ``errors.Unavailable`` when NVML cannot tell (a GPU lost,
+        a driver fault): a GPU carved into MIG instances must not be
+        taken for one without MIG.
 
         The pending mode is the one the GPU takes at its next reset
         (``nvmlDeviceGetMigMode``).
         """
         lib = self.lib
+        dev = self._handle(index)
         try:
-            current, pending = lib.nvmlDeviceGetMigMode(self._handle(index))
-        except lib.NVMLError:
+            current, pending = lib.nvmlDeviceGetMigMode(dev)
+        except (lib.NVMLError_NotSupported, lib.NVMLError_FunctionNotFound):
             return None
+        except lib.NVMLError as e:
+            raise errors.Unavailable('GPU %d: NVML cannot read its MIG mode: '
+                                     '%s' % (index, e)) from e
         return (current == lib.NVML_DEVICE_MIG_ENABLE,
                 pending == lib.NVML_DEVICE_MIG_ENABLE)
 

@@ -63,10 +63,29 @@ def restore(carver, catalog, sriov=None, vf_types=None):
     return result
 
 
+def _index_of(nvml, address, what, result):
+    """NVML's index of the GPU at ``address``; None, logged, when NVML
+    lists no GPU there; ``False``, logged and counted failed (``what`` is
+    kept for the next restore), when NVML cannot tell or read it now.
+    """
+    try:
+        index = nvml.index_of(address)
+        if index is not None:
+            nvml.mig_mode(index)  # a GPU NVML cannot read raises here
+        return index
+    except errors.AgentError as e:
+        LOG.error('GPU %s cannot be read through NVML (%s): its %s is kept '
+                  'for the next restore', address, e, what)
+        result.failed.append('%s: %s' % (address, e))
+        return False
+
+
 def _mig_modes(carver, result):
     nvml = carver.manager.nvml
     for address, enabled in sorted(carver.mig_modes.load().items()):
-        index = nvml.index_of(address)
+        index = _index_of(nvml, address, 'MIG mode', result)
+        if index is False:
+            continue
         if index is None:
             LOG.warning('GPU %s is gone: its MIG mode is not set again',
                         address)
@@ -102,7 +121,9 @@ def _layouts(carver, catalog, result):
     nvml = carver.manager.nvml
     stored = carver.store.load()
     for address, layout in sorted(stored.items()):
-        index = nvml.index_of(address)
+        index = _index_of(nvml, address, 'layout', result)
+        if index is False:
+            continue
         if index is None:
             LOG.warning('GPU %s is gone: its layout %s is dropped',
                         address, layout.describe())

@@ -289,6 +289,23 @@ class MigModeTest(testtools.TestCase):
         self.assertIn('carve_switch_mig_mode', str(e))
         self.assertNotIn('set_mig_mode', [c[0] for c in self.lib.calls])
 
+    def test_a_lost_gpu_has_no_mig_mode_to_tell(self):
+        # Not "no MIG mode": a cut-short switch on it stays in the
+        # journal until NVML can read the GPU again.
+        journal = self.manager.journal
+        key = journal.begin('mig_mode', gpu='0000:07:00.0', enabled=True,
+                            previous=False)
+        journal.release(key)
+        self.lib.fail('nvmlDeviceGetMigMode', pynvml.NVML_ERROR_GPU_IS_LOST)
+        n = self.manager.nvml
+        err = self.assertRaises(errors.Unavailable, n.mig_mode, 0)
+        self.assertIn('GPU 0: NVML cannot read its MIG mode: GPU is lost',
+                      str(err))
+        self.assertRaises(errors.Unavailable, n.mig_enabled, 0)
+        result = reconcile.Reconciler(self.manager).run()
+        self.assertEqual([], result.rolled_back)
+        self.assertEqual(1, len(journal.intents()))
+
     def test_a_cut_short_switch_is_set_back(self):
         journal = self.manager.journal
         key = journal.begin('mig_mode', gpu='0000:07:00.0', enabled=True,
@@ -364,6 +381,29 @@ class RestoreAllTest(_VfHostCase):
                                 vf_types=types)
         self.assertEqual(([], [], []), (again.mig_modes, again.vfs_enabled,
                                         again.vf_types))
+
+    def test_a_gpu_lost_at_boot_keeps_its_mode_and_layout(self):
+        # The A100 fell off the bus: nothing is made, nothing is dropped,
+        # and the next restore (after a reset) makes them.
+        carver_mod.MigModeStore(self.state).set('0000:07:00.0', True)
+        layout = L.Layout(L.MIG, instances=(('7g.40gb', 0, None),))
+        carver_mod.LayoutStore(self.state).set('0000:07:00.0', layout)
+        lib = a100(mig=False)
+        lib.lose('0000:07:00.0')
+        carver, store, types = self.agent_parts(lib, {})
+        result = restore.restore(carver, CATALOG)
+        self.assertEqual(([], [], []), (result.restored, result.dropped,
+                                        result.mig_modes))
+        self.assertEqual(2, len(result.failed), result.failed)
+        self.assertIn('GPU is lost', result.failed[0])
+        self.assertEqual({'0000:07:00.0': True},
+                         carver_mod.MigModeStore(self.state).load())
+        self.assertEqual({'0000:07:00.0': layout},
+                         carver_mod.LayoutStore(self.state).load())
+        carver, store, types = self.agent_parts(a100(mig=False), {})
+        result = restore.restore(carver, CATALOG)
+        self.assertEqual(['0000:07:00.0'], result.restored, result.failed)
+        self.assertEqual(['0000:07:00.0'], result.mig_modes)
 
     def test_a_stored_mig_layout_brings_its_mode_back(self):
         carver_mod.LayoutStore(self.state).set(
