@@ -43,7 +43,8 @@ class CreateMig(base.Action):
 
     def get_parser(self, prog_name):
         parser = super().get_parser(prog_name)
-        parser.add_argument('gpu', type=int, help='GPU index')
+        parser.add_argument('gpu', type=int,
+                            help='GPU index, as nova-gpu list shows it')
         parser.add_argument('profile', help='MIG profile, e.g. 3g.20gb')
         parser.add_argument('--start', type=int,
                             help='start slice (default: the first free)')
@@ -95,7 +96,8 @@ class RemoveMig(base.Action):
 
     def get_parser(self, prog_name):
         parser = super().get_parser(prog_name)
-        parser.add_argument('gpu', type=int, help='GPU index')
+        parser.add_argument('gpu', type=int,
+                            help='GPU index, as nova-gpu list shows it')
         parser.add_argument('gi_id', type=int, help='GPU instance id')
         return parser
 
