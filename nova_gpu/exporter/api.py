@@ -40,6 +40,9 @@ def _summary(entry, figures, now, stale_after):
         'stranded_gpus': figures.stranded_milli / MILLI,
         'report_age_seconds': round(age, 3),
         'stale': age > stale_after,
+        # GPUs the agent left out of the report (NVML cannot read them).
+        'unreadable_gpus': [{'address': g.address, 'reason': g.reason}
+                            for g in entry.report.left_out],
     }
 
 

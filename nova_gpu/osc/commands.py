@@ -61,11 +61,16 @@ class ShowHost(command.ShowOne):
         host = self.app.client_manager.gpu.host(parsed_args.host)
         titles = [t for t, _k in HOST_COLUMNS]
         values = list(_host_row(host))
-        titles += ['Node', 'Generation', 'GPU Devices', 'Free Devices']
+        titles += ['Node', 'Generation', 'GPU Devices', 'Free Devices',
+                   'Unreadable GPUs']
         values += [host['nodename'], host['generation'],
                    format_columns.ListDictColumn(host['gpus']),
                    format_columns.ListDictColumn(
-                       [d for d in host['free_devices'] if d['free']])]
+                       [d for d in host['free_devices'] if d['free']]),
+                   # Left out of the report: NVML cannot read them (an
+                   # exporter of an earlier release does not say).
+                   format_columns.ListDictColumn(
+                       host.get('unreadable_gpus') or [])]
         return titles, values
 
 

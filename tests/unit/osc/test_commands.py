@@ -115,6 +115,17 @@ class CommandsTest(testtools.TestCase):
                        'free': 1}, out['Free Devices'])
         self.assertRaises(exceptions.NotFound, self.run_cmd,
                           commands.ShowHost, 'nope')
+        self.assertEqual([], out['Unreadable GPUs'])
+
+    def test_host_show_names_gpus_nvml_cannot_read(self):
+        report = test_cloud.mixed_report(2, name='gpu-2')
+        report['left_out'] = [{'address': '0000:9a:00.0',
+                               'reason': 'GPU is lost', 'providers': []}]
+        self.state.ingest_report(report)
+        _c, _p, (columns, values) = self.run_cmd(commands.ShowHost, 'gpu-2')
+        self.assertEqual(
+            [{'address': '0000:9a:00.0', 'reason': 'GPU is lost'}],
+            dict(zip(columns, values))['Unreadable GPUs'].machine_readable())
 
     def test_capacity(self):
         _c, _p, (columns, rows) = self.run_cmd(commands.Capacity,
