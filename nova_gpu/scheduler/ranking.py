@@ -96,7 +96,7 @@ def rank(engine, entry, spec):
             for a in spec.per_model.get(model, ())]
     if not alts:
         if not host.gpus:
-            return Ranking((), _with_left_out(entry, 'no GPUs reported'))
+            return Ranking((), 'no GPUs reported')
         models = sorted({m for a in spec.alternatives
                          for m in a.models or ()})
         return Ranking((), 'has no GPU of model %s (it has %s)'
@@ -106,20 +106,8 @@ def rank(engine, entry, spec):
              for alt in dict.fromkeys(alts)
              for choice in engine.rank(host, alt)]
     items.sort(key=_by_key)
-    why = None if items else _with_left_out(entry,
-                                            engine.why_not(host, alts[0]))
+    why = None if items else engine.why_not(host, alts[0])
     return Ranking(tuple(items), why)
-
-
-def _with_left_out(entry, why):
-    """``why`` plus the GPUs the host's agent left out of its report (NVML
-    cannot read them), which the host's GPU count does not show.
-    """
-    if not entry.left_out:
-        return why
-    return '%s; left out, its agent cannot read them: %s' % (
-        why, '; '.join('%s (%s)' % (g.address, g.reason)
-                       for g in entry.left_out))
 
 
 def evaluate(engine, entry, spec, gpus, ranking=None):

@@ -248,7 +248,8 @@ class GpuView:
                                        request.rankings, key)
             entry.last_ranking = (key, ranking)
         if not ranking.items:
-            return Decision(request, num_instances, why=ranking.why,
+            return Decision(request, num_instances,
+                            why=_with_left_out(entry, ranking.why),
                             entry=entry, full=full)
         if not candidates:
             return Decision(request, num_instances, ranking.items[0],
@@ -442,3 +443,15 @@ def of_service(manager, filters=()):
     for gpu_filter in filters:
         gpu_filter._view = view
     return view
+
+
+def _with_left_out(entry, why):
+    """``why`` plus the GPUs the host's agent left out of its report (NVML
+    cannot read them), which the host's GPU count does not show. Added
+    here, per host: hosts in the same state share their rankings.
+    """
+    if not entry.left_out:
+        return why
+    return '%s; left out, its agent cannot read them: %s' % (
+        why, '; '.join('%s (%s)' % (g.address, g.reason)
+                       for g in entry.left_out))

@@ -102,6 +102,31 @@ class FilterTest(FilterCase):
                       'host\'s agent cannot read (0000:84:00.0: GPU is '
                       'lost)', log.output)
 
+    def test_left_out_gpus_named_only_in_their_hosts_refusal(self):
+        # h1 lost its fourth GPU; h2 has three: the same state, so they
+        # share one ranking, but only h1's refusal names a GPU left out.
+        log = self.useFixture(fixtures.FakeLogger(level=logging.INFO))
+        for name, left_out in (('h1', True), ('h2', False)):
+            data = base.gpu_report(name, 'A100-40GB', count=3,
+                                   vgpu_type='A100-10C')
+            if left_out:
+                data['left_out'] = [{'address': '0000:84:00.0',
+                                     'reason': 'GPU is lost',
+                                     'providers': []}]
+            self.view.ingest(data)
+        states = [self.host_state(name, [candidate(name + '-rp0')])
+                  for name in ('h2', 'h1')]
+        self.assertEqual([], self.run_filter(states, self.request(
+            gpu__count='4', resources1__VGPU='1', resources2__VGPU='1',
+            resources3__VGPU='1', resources4__VGPU='1',
+            group_policy='isolate')))
+        self.assertIn('h1: 3 of 3 GPUs can take a vgpu device, 4 needed; '
+                      'left out, its agent cannot read them: 0000:84:00.0 '
+                      '(GPU is lost)', log.output)
+        self.assertIn('h2: 3 of 3 GPUs can take a vgpu device, 4 needed',
+                      log.output)
+        self.assertEqual(1, log.output.count('left out'))
+
     def test_wrong_model_dropped_with_reason_logged(self):
         log = self.useFixture(fixtures.FakeLogger(level=logging.INFO))
         self.add_host('h1', 'A100-40GB', vgpu_type='A100-10C')
