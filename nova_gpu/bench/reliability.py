@@ -28,6 +28,7 @@ PARTS = (
     ('reports', 'fuzzed GPU reports into the scheduler view'),
     ('boots', 'concurrent boots to exhaustion, two schedulers racing'),
     ('agent', 'agent SIGKILLs, RabbitMQ and libvirtd restarts'),
+    ('nvml', 'NVML faults during discovery: GPUs lost or unreadable'),
 )
 RESULTS = os.path.join(os.path.dirname(__file__), '..', '..', 'doc',
                        'source', 'results', 'reliability.md')

@@ -90,7 +90,8 @@ class FakePynvml(types.SimpleNamespace):
         or its index for ``nvmlDeviceGetHandleByIndex``): a GPU fallen
         off the bus (``NVML_ERROR_GPU_IS_LOST``), a driver fault.
         """
-        real = getattr(type(self), name).__get__(self)
+        # The call as it stands: faults on other GPUs stay.
+        real = getattr(self, name)
 
         def failing(*args):
             target = args[0] if args else None

@@ -395,6 +395,24 @@ class TestUnreadableGpus(SysfsCase):
         self.assertEqual('Unknown Error', unreadable[0].reason)
 
 
+class NvmlFaultsFigureTest(testtools.TestCase):
+    """The reliability figure (``reliability_nvml``), small: every target
+    met, with GPUs left out and the counting fault both met.
+    """
+
+    def test_nvml_faults_small(self):
+        from nova_gpu.bench import reliability_nvml
+        rows = reliability_nvml.run(rounds=80)
+        failed = [(r.name, r.value, r.target) for r in rows if not r.ok]
+        self.assertEqual([], failed)
+        by_name = {r.name: r.value for r in rows}
+        self.assertGreater(by_name['GPUs left out (lost or unreadable)'], 10)
+        reported, failed = map(int, by_name[
+            'rounds reported / failed as NVML cannot count the GPUs'
+        ].split(' / '))
+        self.assertEqual(80, reported + failed)
+
+
 class _Libvirt:
     """libvirt's node devices, as discovery reads them."""
 
