@@ -147,7 +147,12 @@ def _layouts(carver, catalog, result):
 
 
 def _model(nvml, index, catalog):
-    for gpu in nvml.gpus():
+    gpus, unreadable = nvml.read_gpus()
+    for gpu in unreadable:
+        if gpu.index == index:
+            raise errors.Unavailable('GPU %d cannot be read through NVML: '
+                                     '%s' % (index, gpu.reason))
+    for gpu in gpus:
         if gpu.index == index:
             model = catalog.model_for_nvml_name(gpu.name)
             if model is None:

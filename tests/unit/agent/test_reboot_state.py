@@ -405,6 +405,20 @@ class RestoreAllTest(_VfHostCase):
         self.assertEqual(['0000:07:00.0'], result.restored, result.failed)
         self.assertEqual(['0000:07:00.0'], result.mig_modes)
 
+    def test_a_gpu_nvml_cannot_name_keeps_its_layout(self):
+        # Only its name cannot be read: still not "no longer fits".
+        layout = L.Layout(L.MIG, instances=(('7g.40gb', 0, None),))
+        carver_mod.LayoutStore(self.state).set('0000:07:00.0', layout)
+        lib = a100(mig=True)
+        lib.fail('nvmlDeviceGetName', pynvml.NVML_ERROR_UNKNOWN)
+        carver, store, types = self.agent_parts(lib, {})
+        result = restore.restore(carver, CATALOG)
+        self.assertEqual(([], []), (result.restored, result.dropped))
+        self.assertIn('GPU 0 cannot be read through NVML: Unknown Error',
+                      result.failed[0])
+        self.assertEqual({'0000:07:00.0': layout},
+                         carver_mod.LayoutStore(self.state).load())
+
     def test_a_stored_mig_layout_brings_its_mode_back(self):
         carver_mod.LayoutStore(self.state).set(
             '0000:07:00.0', L.Layout(L.MIG, instances=(
