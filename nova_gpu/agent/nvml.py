@@ -8,6 +8,7 @@ a fake in tests (the only place a fake stands in for it).
 
 import ctypes
 import dataclasses
+import functools
 
 from oslo_log import log as logging
 
@@ -137,11 +138,30 @@ class Nvml:
             self.lib.nvmlShutdown()
             self.available = False
 
-    def _try(self, fn, *args, default=None):
+    def _try(self, fn, *args, default=None, lost_raises=False):
+        """``fn(*args)``, or ``default`` when NVML cannot say; with
+        ``lost_raises``, "GPU is lost" still raises (``_read_gpu``).
+        """
         try:
             return fn(*args)
-        except self.lib.NVMLError:
+        except self.lib.NVMLError as e:
+            if lost_raises and isinstance(e, self.lib.NVMLError_GpuIsLost):
+                raise
             return default
+
+    # What only refines a GPU's reading: left out when NVML cannot say,
+    # but a lost GPU is not read at all.
+    _refinement = functools.partialmethod(_try, lost_raises=True)
+
+    def _count(self):
+        """How many GPUs NVML lists; ``errors.Unavailable`` when it cannot
+        say (the driver unloaded, say).
+        """
+        try:
+            return self.lib.nvmlDeviceGetCount()
+        except self.lib.NVMLError as e:
+            raise errors.Unavailable('NVML cannot count the GPUs: %s'
+                                     % e) from e
 
     def gpus(self):
         """The GPUs NVML reads (``read_gpus``), in NVML order."""
@@ -159,13 +179,8 @@ class Nvml:
         if not self.available:
             return [], []
         lib = self.lib
-        try:
-            count = lib.nvmlDeviceGetCount()
-        except lib.NVMLError as e:
-            raise errors.Unavailable('NVML cannot count the GPUs: %s'
-                                     % e) from e
         result, handles, unreadable = [], [], []
-        for index in range(count):
+        for index in range(self._count()):
             address = None
             try:
                 dev = lib.nvmlDeviceGetHandleByIndex(index)
@@ -214,17 +229,6 @@ class Nvml:
             dev, lib.nvmlDeviceGetCreatableVgpus)
         gpu.numa_node = self._refinement(lib.nvmlDeviceGetNumaNodeId, dev)
         return gpu
-
-    def _refinement(self, fn, *args, default=None):
-        """``fn(*args)``, or ``default`` when NVML cannot say; a lost GPU
-        still raises (``_read_gpu``).
-        """
-        try:
-            return fn(*args)
-        except self.lib.NVMLError_GpuIsLost:
-            raise
-        except self.lib.NVMLError:
-            return default
 
     def _pcie_groups(self, gpus, handles):
         """Group GPUs whose common PCIe ancestor is a switch (PIX/PXB)."""
@@ -305,13 +309,8 @@ class Nvml:
         """
         if not self.available:
             return None
-        try:
-            count = self.lib.nvmlDeviceGetCount()
-        except self.lib.NVMLError as e:
-            raise errors.Unavailable('NVML cannot count the GPUs: %s'
-                                     % e) from e
         unknown = None
-        for index in range(count):
+        for index in range(self._count()):
             try:
                 if self.address(index) == address:
                     return index
