@@ -10,30 +10,6 @@
 # devstack sources this file as "plugin.sh <mode> <phase>" after
 # devstack/settings; its functions (iniset, run_process, ...) are defined.
 
-# Nova's own defaults, used when nova.conf does not set the option yet, so
-# that appending our classes keeps what Nova would have loaded.
-NOVA_GPU_STOCK_AVAILABLE_FILTERS=nova.scheduler.filters.all_filters
-NOVA_GPU_STOCK_WEIGHERS=nova.scheduler.weights.all_weighers
-NOVA_GPU_STOCK_ENABLED_FILTERS=ComputeFilter,ComputeCapabilitiesFilter,ImagePropertiesFilter,ServerGroupAntiAffinityFilter,ServerGroupAffinityFilter
-
-# _nova_gpu_list_add <file> <section> <option> <default> <item>...
-# Append items to a comma-separated option unless already there.
-function _nova_gpu_list_add {
-    local file=$1 section=$2 option=$3 default=$4
-    shift 4
-    local current item changed=""
-    current=$(iniget "$file" "$section" "$option")
-    current=${current:-$default}
-    for item in "$@"; do
-        case ",$current," in
-            *",$item,"*) ;;
-            *) current=${current:+$current,}$item changed=1 ;;
-        esac
-    done
-    [[ -n "$changed" ]] || return 0
-    iniset "$file" "$section" "$option" "$current"
-}
-
 # _nova_gpu_multi_add <file> <section> <option> <default> <item>...
 # Same for a multi-valued option (one line per value).
 function _nova_gpu_multi_add {
@@ -65,38 +41,73 @@ function install_nova_gpu {
     setup_develop "$NOVA_GPU_DIR" "$extras"
 }
 
-# _nova_gpu_pci_aliases <file>: the [pci] aliases the gpu: flavors name.
-function _nova_gpu_pci_aliases {
-    [[ -n "$NOVA_GPU_PCI_ALIASES" ]] || return 0
-    # shellcheck disable=SC2086
-    _nova_gpu_multi_add "$1" pci alias "" $NOVA_GPU_PCI_ALIASES
+# _nova_gpu_apply_conf <file of etc/nova> <target>: put one of nova-gpu's
+# documented nova.conf files into a service's file (devstack/conf_ops.py
+# says how each kind of option is merged). The files are the one truth of
+# what each service needs: doc/source includes them, the tests run with
+# them.
+function _nova_gpu_apply_conf {
+    local source=$NOVA_GPU_DIR/etc/nova/$1 target=$2
+    local -a fields
+    [[ -f "$source" ]] || die $LINENO "nova-gpu: no $source"
+    local edits
+    edits=$("${NOVA_GPU_PYTHON:-python3}" "$NOVA_GPU_DIR/devstack/conf_ops.py" \
+        "$source" "$target" "$NOVA_GPU_DIR/etc/nova") \
+        || die $LINENO "nova-gpu: cannot merge $source into $target"
+    while IFS=$'\t' read -r -a fields; do
+        [[ ${#fields[@]} -ge 4 ]] || continue
+        if [[ "${fields[0]}" == multi ]]; then
+            iniset_multiline "$target" "${fields[1]}" "${fields[2]}" \
+                "${fields[@]:3}"
+        else
+            iniset "$target" "${fields[1]}" "${fields[2]}" "${fields[3]}"
+        fi
+    done <<< "$edits"
+}
+
+# _nova_gpu_cell_conductor_confs: the cell conductors' files (devstack's
+# nova_cell<N>.conf); the super conductor reads nova.conf.
+function _nova_gpu_cell_conductor_confs {
+    local conf
+    for conf in "${NOVA_CONF_DIR:-/etc/nova}"/nova_cell*.conf; do
+        [[ -f "$conf" ]] && echo "$conf"
+    done
+    return 0
 }
 
 function configure_nova_gpu_scheduler {
-    local weighers
-    IFS=, read -r -a weighers <<< "$NOVA_GPU_WEIGHERS"
-    _nova_gpu_multi_add "$NOVA_CONF" filter_scheduler available_filters \
-        "$NOVA_GPU_STOCK_AVAILABLE_FILTERS" "$NOVA_GPU_FILTER"
-    # enabled_filters names classes, not paths.
-    local pci_filter=""
-    if [[ "$NOVA_GPU_PCI_IN_PLACEMENT" == "True" ]]; then
-        # Whole GPUs and vendor-VFIO vGPUs: Nova's PCI tracker claims the
-        # device Placement allocated; GpuFilter stays last.
-        pci_filter=PciPassthroughFilter
-        iniset "$NOVA_CONF" filter_scheduler pci_in_placement True
-        _nova_gpu_pci_aliases "$NOVA_CONF"
+    # devstack's nova.conf is read by nova-api, nova-scheduler and the
+    # super conductor; each gets its own file of etc/nova.
+    local name conf
+    for name in nova-api.conf nova-conductor.conf nova-scheduler.conf; do
+        _nova_gpu_apply_conf "$name" "$NOVA_CONF"
+    done
+    if [[ "$NOVA_GPU_CANDIDATE_ORDER" == "selected_host" ]]; then
+        _nova_gpu_apply_conf nova-scheduler-large-cloud.conf "$NOVA_CONF"
     fi
-    # shellcheck disable=SC2086
-    _nova_gpu_list_add "$NOVA_CONF" filter_scheduler enabled_filters \
-        "$NOVA_GPU_STOCK_ENABLED_FILTERS" $pci_filter "${NOVA_GPU_FILTER##*.}"
-    _nova_gpu_list_add "$NOVA_CONF" filter_scheduler weight_classes \
-        "$NOVA_GPU_STOCK_WEIGHERS" "${weighers[@]}"
-    iniset "$NOVA_CONF" gpu_scheduler fragmentation_weight_multiplier \
-        "$NOVA_GPU_FRAGMENTATION_WEIGHT"
-    iniset "$NOVA_CONF" gpu_scheduler topology_weight_multiplier \
-        "$NOVA_GPU_TOPOLOGY_WEIGHT"
-    iniset "$NOVA_CONF" gpu_scheduler candidate_order \
-        "$NOVA_GPU_CANDIDATE_ORDER"
+    if [[ "$NOVA_GPU_DRIVER_FILTER" == "True" ]]; then
+        _nova_gpu_apply_conf nova-scheduler-driver-filter.conf "$NOVA_CONF"
+    fi
+    for conf in $(_nova_gpu_cell_conductor_confs); do
+        _nova_gpu_apply_conf nova-conductor.conf "$conf"
+    done
+    if [[ "$NOVA_GPU_PCI_IN_PLACEMENT" == "True" ]]; then
+        # Whole GPUs and vendor-VFIO vGPUs: every Nova service, or nova-api
+        # and nova-compute refuse to start on the aliases.
+        _nova_gpu_apply_conf nova-gpu-pci.conf "$NOVA_CONF"
+        for conf in $(_nova_gpu_cell_conductor_confs); do
+            _nova_gpu_apply_conf nova-gpu-pci.conf "$conf"
+        done
+    fi
+    # Only where local.conf asks for other weights than the files'.
+    if [[ -n "$NOVA_GPU_FRAGMENTATION_WEIGHT" ]]; then
+        iniset "$NOVA_CONF" gpu_scheduler fragmentation_weight_multiplier \
+            "$NOVA_GPU_FRAGMENTATION_WEIGHT"
+    fi
+    if [[ -n "$NOVA_GPU_TOPOLOGY_WEIGHT" ]]; then
+        iniset "$NOVA_CONF" gpu_scheduler topology_weight_multiplier \
+            "$NOVA_GPU_TOPOLOGY_WEIGHT"
+    fi
     if [[ -n "$NOVA_GPU_MAX_ALLOCATION_CANDIDATES" && \
             -f "${PLACEMENT_CONF:-}" ]]; then
         # Breadth-first so that the capped set still covers every host.
@@ -119,12 +130,14 @@ function configure_nova_gpu_compute {
     # write both so that either order works.
     for conf in "$NOVA_CONF" "${NOVA_CPU_CONF:-}"; do
         [[ -n "$conf" && -f "$conf" ]] || continue
+        _nova_gpu_apply_conf nova-compute.conf "$conf"
+        # devstack keeps its configuration under NOVA_CONF_DIR.
         iniset "$conf" compute provider_config_location "$provider_dir/"
         if [[ -n "$NOVA_GPU_MDEV_TYPES" ]]; then
             iniset "$conf" devices enabled_mdev_types "$NOVA_GPU_MDEV_TYPES"
         fi
         if [[ "$NOVA_GPU_PCI_IN_PLACEMENT" == "True" ]]; then
-            _nova_gpu_pci_aliases "$conf"
+            _nova_gpu_apply_conf nova-gpu-pci.conf "$conf"
         fi
         if [[ -n "$NOVA_GPU_PCI_DEVICE_SPECS" ]]; then
             # shellcheck disable=SC2086
@@ -214,12 +227,18 @@ function stop_nova_gpu_services {
     return 0
 }
 
-function start_nova_gpu_agent {
-    # Carved GPU layouts first (after a reboot: what systemd's
-    # nova-gpu-restore.service does in production); a failure is logged.
+# restore_nova_gpu_devices: VFs, VF types, MIG modes and carved layouts
+# again (after a reboot: what systemd's nova-gpu-restore.service does in
+# production). In post-config, before devstack starts nova-compute: Nova
+# reads the host's PCI devices once, when nova-compute starts (VFs enabled
+# later need a nova-compute restart). A failure is logged, not fatal.
+function restore_nova_gpu_devices {
     "$(get_python_exec_prefix)/nova-gpu-restore" \
         --config-file "${NOVA_CPU_CONF:-$NOVA_CONF}" \
         --config-file "$NOVA_GPU_AGENT_CONF" || true
+}
+
+function start_nova_gpu_agent {
     # nova-cpu.conf first: the agent reads the message bus and Placement
     # credentials from it, its own options from the second file.
     run_process nova-gpu-agent "$(get_python_exec_prefix)/nova-gpu-agent \
@@ -274,6 +293,7 @@ elif [[ "$1" == "stack" && "$2" == "post-config" ]]; then
         if [[ "$NOVA_GPU_QEMU_HOOK" == "True" ]]; then
             install_nova_gpu_qemu_hook
         fi
+        restore_nova_gpu_devices
     fi
     configure_nova_gpu_services
 elif [[ "$1" == "stack" && "$2" == "extra" ]]; then

@@ -112,8 +112,9 @@ class Agent:
         return self._generation
 
     def restore_layouts(self):
-        """Make MIG modes, VFs, GPU layouts and VF types again (at start,
-        after a reboot; ``nova_gpu.agent.restore``).
+        """Make MIG modes, GPU layouts and VF types again (at start, after
+        a reboot; ``nova_gpu.agent.restore``); VFs only in
+        ``nova-gpu-restore``, before nova-compute starts.
 
         What a killed operation (a killed restore too) left is rolled
         back first, so that the reconcile after the restore does not undo

@@ -15,6 +15,16 @@ This module makes it so, through the device manager (journalled steps):
 * passthrough: idle typed VFs cleared, recorded; the PF stays as it is
   (binding is done at attach by libvirt's managed hostdev).
 
+No layout changes the GPU's set of VFs (``sriov_numvfs``): nova-compute
+takes the host's PCI devices only when it starts (Nova 34's
+``ResourceTracker._setup_pci_tracker``), so a VF enabled or disabled
+here would not be seen (or would stay tracked) until it restarts. The VFs
+are set before nova-compute starts, by ``nova-gpu-restore``
+(``nova_gpu.agent.sriov``). A passthrough layout on a GPU whose VFs are
+Nova's PCI devices therefore does not make it a whole-GPU device: Nova
+34 takes a GPU in ``[pci] device_spec`` as its PF or as its VFs, never
+both (``PlacementPciDependentDeviceException``), fixed at its start.
+
 What was carved is kept in ``layouts.json`` in the agent's state
 directory (atomic replace, fsync'd), so that ``nova_gpu.agent.restore``
 can make it again after a reboot.

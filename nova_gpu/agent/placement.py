@@ -1,7 +1,8 @@
 """Read nova-compute's GPU resource providers from Placement (openstacksdk).
 
-nova-compute owns these providers (trait ``OWNER_NOVA``) and rewrites
-their traits at every periodic update, so the agent only *reads* them: to
+nova-compute owns these providers (trait ``OWNER_NOVA``; it replaces the
+traits of its PCI-in-Placement providers after each ``[compute]
+resource_provider_association_refresh``), so the agent only *reads* them: to
 put each provider's UUID in the report and to log providers nova-compute
 has not created yet. Topology traits reach the providers through the
 provider config file (``provider_config``), never through this API.

@@ -23,7 +23,10 @@ GPU's instances once more just before it changes them.
 Which layouts a GPU may get: those of its MIG mode, or, with ``[gpu_agent]
 carve_switch_mig_mode``, every kind on an idle MIG-capable GPU (the
 carver switches the mode). A GPU whose MIG mode switch is pending a GPU
-reset gets nothing, and its decision says so.
+reset gets nothing, and its decision says so. No layout adds or removes
+SR-IOV VFs: nova-compute takes the host's PCI devices only when it starts
+(Nova 34 ``ResourceTracker._setup_pci_tracker``), so the carver types,
+clears and carves on the VFs that are there (``nova_gpu.agent.carver``).
 """
 
 import json

@@ -3,14 +3,36 @@
 nova-compute owns the resource providers of physical GPUs and of their
 parts (every provider ``HostInventory.providers`` names: mdev parents
 ``<nodename>_pci_<address>`` and PCI in Placement ``<nodename>_<ADDRESS>``)
-and resets their traits at every periodic update, so traits set through
-the Placement API vanish. Traits listed in a provider config file
-(``[compute] provider_config_location``) are merged back by nova-compute
-at every update, after the PCI in Placement providers are updated too
+and writes their traits from its own view at every periodic update, which
+keeps a trait set through the Placement API on one kind and not on the
+other (Nova 34):
+
+* mdev (VGPU) providers: the libvirt driver only adds ``OWNER_NOVA``
+  (nova/virt/libvirt/driver.py, ``update_provider_tree`` ->
+  ``_update_provider_tree_for_vgpu`` -> ``_ensure_pgpu_providers``:
+  ``provider_tree.add_traits(pgpu_rp_name, ot.OWNER_NOVA)``) and keeps the
+  rest, so a trait set through the API stays;
+* PCI in Placement providers: their traits are replaced, at every update,
+  by those of the ``[pci] device_spec`` entry (its ``traits`` tag,
+  ``COMPUTE_MANAGED_PCI_DEVICE``) plus ``OWNER_NOVA``
+  (nova/compute/pci_placement_translator.py,
+  ``PciResourceProvider.update_provider_tree``:
+  ``provider_tree.update_traits(self.name, self.traits)``). A trait set
+  through the API is gone once nova-compute's provider cache has read it
+  (``[compute] resource_provider_association_refresh``, 300 s by default,
+  ``SchedulerReportClient._refresh_associations``) and the next update
+  writes its own set back (``set_traits_for_provider`` replaces the
+  provider's traits whenever the new tree's differ from that cache).
+
+Traits listed in a provider config file (``[compute]
+provider_config_location``) are merged in by nova-compute at every update,
+after the PCI in Placement providers are updated
 (nova/compute/resource_tracker.py ``_update_to_placement``:
-``update_provider_tree_for_pci`` then ``_merge_provider_configs``).
-nova-compute reads the file when it starts: restart it after the file
-changed (``write`` says whether it did).
+``update_provider_tree_for_pci`` then ``_merge_provider_configs``), so they
+stay on both kinds: that is why the agent writes one and never sets traits
+through the API. nova-compute reads the file when it starts
+(``ResourceTracker.__init__``, ``provider_config.get_provider_configs``):
+restart it after the file changed (``write`` says whether it did).
 """
 
 import os

@@ -10,11 +10,20 @@ down reports stay there and go out, in order, on the next ``flush``. Use
 durable queues (``[oslo_messaging_rabbit] amqp_durable_queues``) so that
 what the broker accepted survives its restart. Consumers see at-least-once
 delivery and keep the newest ``generation`` per host.
+
+``publish`` sends from a thread of its own and waits for it at most
+``send_timeout`` seconds: a broker that keeps its connections open and
+answers nothing (a SIGSTOPped RabbitMQ node) holds that thread, not the
+agent's cycle, whose device management and provider config go on. While
+that send is stuck no other starts; the reports wait in the outbox and go
+out, in order, once the broker takes the first.
 """
 
 import datetime
 import json
 import os
+import threading
+import time
 import uuid
 
 from oslo_log import log as logging
@@ -23,11 +32,15 @@ import oslo_messaging
 from nova_gpu.core import report as report_mod
 
 LOG = logging.getLogger(__name__)
+# Most seconds an agent cycle waits for the broker to take its reports
+# (and ``close`` for the transport to close).
+SEND_TIMEOUT = 20
 
 
 class ReportPublisher:
     def __init__(self, conf, topic, outbox_dir, outbox_max=100, url=None,
-                 publisher_id=report_mod.PUBLISHER, retry=1, exchange=None):
+                 publisher_id=report_mod.PUBLISHER, retry=1, exchange=None,
+                 send_timeout=SEND_TIMEOUT):
         self.transport = oslo_messaging.get_notification_transport(
             conf, url=url)
         # exchange None: the transport's control_exchange
@@ -37,10 +50,21 @@ class ReportPublisher:
         self.outbox_max = outbox_max
         self.publisher_id = publisher_id
         self.retry = retry
+        self.send_timeout = send_timeout
+        # One flush at a time; the background one of ``publish``.
+        self._flushing = threading.Lock()
+        self._sender = None
+        self._sent = None   # what the last background flush returned
         os.makedirs(outbox_dir, exist_ok=True)
 
     def close(self):
-        self.transport.cleanup()
+        """Close the transport, waiting at most ``send_timeout`` s (a
+        send stuck on a hung broker holds the connection).
+        """
+        closing = threading.Thread(target=self.transport.cleanup,
+                                   name='nova-gpu-report-close', daemon=True)
+        closing.start()
+        closing.join(self.send_timeout)
 
     def pending(self):
         return sorted(n for n in os.listdir(self.outbox_dir)
@@ -57,21 +81,71 @@ class ReportPublisher:
             json.dump(report, f)
         os.rename(tmp, os.path.join(self.outbox_dir, name))
         self._trim()
-        return self.flush()
+        return self._flush_within(self.send_timeout)
 
     def _trim(self):
         names = self.pending()
         for name in names[:max(0, len(names) - self.outbox_max)]:
             LOG.warning('dropping unsent GPU report %s: outbox full and a '
                         'newer report supersedes it', name)
-            os.unlink(os.path.join(self.outbox_dir, name))
+            _unlink(os.path.join(self.outbox_dir, name))
+
+    def _flush_within(self, timeout):
+        """Flush from the background thread, waiting at most ``timeout``
+        s; how many reports are still waiting.
+
+        A flush still running from an earlier cycle is waited for first
+        (within the same time): it read the outbox before the newest
+        report was in it.
+        """
+        deadline = time.monotonic() + timeout
+        for _ in range(2):
+            sender, fresh = self._background()
+            sender.join(max(0.0, deadline - time.monotonic()))
+            if sender.is_alive():
+                pending = len(self.pending())
+                LOG.warning('the broker has not taken the GPU reports in '
+                            '%g s; %d kept in the outbox, sent once it '
+                            'answers', timeout, pending)
+                return pending
+            if fresh:
+                return self._sent
+        return len(self.pending())
+
+    def _background(self):
+        """(the flush thread, whether it started now)."""
+        sender = self._sender
+        if sender is not None and sender.is_alive():
+            return sender, False
+        sender = self._sender = threading.Thread(
+            target=self._flush_in_background, name='nova-gpu-report-send',
+            daemon=True)
+        sender.start()
+        return sender, True
+
+    def _flush_in_background(self):
+        try:
+            self._sent = self.flush()
+        except Exception:  # the next cycle tries again
+            LOG.exception('sending the GPU reports failed')
+            self._sent = len(self.pending())
 
     def flush(self):
+        """Send the outbox, oldest first, until the transport refuses one;
+        how many reports are still waiting.
+        """
+        with self._flushing:
+            return self._flush()
+
+    def _flush(self):
         names = self.pending()
         for n, name in enumerate(names):
             path = os.path.join(self.outbox_dir, name)
-            with open(path) as f:
-                payload = json.load(f)
+            try:
+                with open(path) as f:
+                    payload = json.load(f)
+            except FileNotFoundError:
+                continue  # trimmed meanwhile: a newer report supersedes it
             message = {
                 'message_id': str(uuid.uuid4()),
                 'publisher_id': self.publisher_id,
@@ -89,5 +163,12 @@ class ReportPublisher:
                 LOG.warning('GPU report not sent (%s); %d kept for later',
                             e, len(names) - n)
                 return len(names) - n
-            os.unlink(path)
+            _unlink(path)
         return 0
+
+
+def _unlink(path):
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass  # the flush sent it, or the cycle trimmed it, meanwhile

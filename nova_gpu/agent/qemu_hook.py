@@ -28,6 +28,17 @@ current_vgpu_type``) the vGPU type of the instance's flavor: the
 * Every other operation, a domain without Nova metadata or without
   ``gpu:profile``, and devices that are not vendor-VFIO VFs are left
   alone (exit 0).
+* Bounded, since libvirt waits for the hook: at most ``MAX_XML``
+  characters of XML are read, each PCI address is handled once however
+  often the XML lists it, and ``prepare`` refuses (the guest does not
+  start) a domain with more than ``MAX_HOSTDEVS`` PCI hostdevs, more than
+  a guest can have. ``release`` refuses nothing, since the guest is gone
+  anyway and a refusal would leave its VFs typed: it skips what is not a
+  PCI address and clears only the addresses the host has.
+* What the hook writes (libvirt logs the hook's stderr) names the domain
+  and quotes the XML and sysfs: every such line goes through
+  ``daemon.printable``, so a newline or an escape sequence in a domain
+  name cannot forge or rewrite a log line.
 
 libvirt gives every ``qemu`` hook call the domain XML on stdin and names
 the phases ``prepare begin`` and ``release end``
@@ -60,12 +71,17 @@ from nova_gpu.agent import vf_types
 from nova_gpu.core import catalog as catalog_mod
 from nova_gpu.core import exceptions
 from nova_gpu.core import flavor as flavor_mod
+from nova_gpu import daemon
 
 NOVA_NS = 'http://openstack.org/xmlns/libvirt/nova/1.1'
 PROFILE_KEY = 'gpu:profile'
 MEMORY_KEY = 'gpu:memory'
 _VENDOR_PREFIX = re.compile(r'^(GRID|NVIDIA)\s+', re.I)
 MAX_XML = 16 * 2 ** 20  # a domain XML is kilobytes; refuse to read more
+# PCI hostdevs of one domain: a q35 guest has a PCIe root port for each
+# (Nova's [libvirt] num_pcie_ports is at most 28), a pc guest 32 slots.
+MAX_HOSTDEVS = 256
+PROG = 'nova-gpu-qemu-hook'
 PREPARE = ('prepare', 'begin')
 RELEASE = ('release', 'end')
 
@@ -96,18 +112,49 @@ def asks_vgpu_type(specs):
     return bool(specs.get(PROFILE_KEY) or specs.get(MEMORY_KEY))
 
 
-def hostdev_addresses(root):
-    """PCI addresses of the domain's ``<hostdev type='pci'>`` devices."""
-    found = []
+def _pci_addresses(root):
+    """(element, PCI address or None) of each ``<hostdev type='pci'>``."""
     for addr in root.iterfind("devices/hostdev[@type='pci']/source/address"):
         try:
-            found.append('%04x:%02x:%02x.%x' % tuple(
+            yield addr, '%04x:%02x:%02x.%x' % tuple(
                 int(addr.get(k), 16)
-                for k in ('domain', 'bus', 'slot', 'function')))
+                for k in ('domain', 'bus', 'slot', 'function'))
         except (TypeError, ValueError):
+            yield addr, None
+
+
+def hostdev_addresses(root, limit=MAX_HOSTDEVS):
+    """PCI addresses of the domain's ``<hostdev type='pci'>`` devices,
+    each once, in the domain's order.
+
+    HookError when one is not a PCI address, or when there are more than
+    ``limit``.
+    """
+    found = {}  # ordered, each address once
+    for addr, address in _pci_addresses(root):
+        if address is None:
             raise HookError('hostdev address %s is not a PCI address'
-                            % etree.tostring(addr).decode()) from None
-    return found
+                            % _quote(addr))
+        found[address] = None
+        if len(found) > limit:
+            raise HookError('the domain has more than %d PCI hostdevs, '
+                            'more than a guest can have; none was typed'
+                            % limit)
+    return list(found)
+
+
+def _host_addresses(root, fs):
+    """The domain's PCI hostdev addresses the host has, each once;
+    whatever is not a PCI address is left out, never refused.
+    """
+    present = set(fs.pci_addresses())
+    return list({address: None for _addr, address in _pci_addresses(root)
+                 if address in present})
+
+
+def _quote(element, limit=120):
+    text = etree.tostring(element).decode()
+    return text if len(text) <= limit else text[:limit] + '...'
 
 
 def type_id_for(fn, profile):
@@ -203,7 +250,8 @@ def _type_for(fs, fn, specs, catalog):
 def prepare(xml, sysfs_root, catalog=None):
     """Type the domain's VFs for its flavor; ``[(vf, type id)]`` set.
 
-    Raises HookError (nothing left set by this call) when one cannot.
+    ``xml``: the domain XML (text, or parsed). Raises HookError (nothing
+    left set by this call) when one cannot.
     """
     root = _parse(xml)
     specs = flavor_specs(root)
@@ -241,13 +289,14 @@ def release(xml, sysfs_root):
     Only for a domain whose flavor asks a type (the hook typed its VFs);
     a failure is reported and the rest still cleared: the guest is gone
     whatever the hook says, and the agent's reconciler clears what stays.
+    Refuses nothing (see the module); ``xml`` as for ``prepare``.
     """
     root = _parse(xml)
     if not asks_vgpu_type(flavor_specs(root)):
         return [], []
     fs = sysfs_mod.Sysfs(sysfs_root)
     cleared, failed = [], []
-    for address in hostdev_addresses(root):
+    for address in _host_addresses(root, fs):
         fn = _function(fs, address)
         if fn is None or not fn.current_vgpu_type or not fn.physfn:
             continue
@@ -261,6 +310,8 @@ def release(xml, sysfs_root):
 
 
 def _parse(xml):
+    if etree.iselement(xml):
+        return xml  # parsed once, by main()
     try:
         return etree.fromstring(xml.encode() if isinstance(xml, str)
                                 else xml)
@@ -274,11 +325,21 @@ def _configured():
     """
     from oslo_config import cfg
 
-    import nova_gpu.conf  # noqa: F401 - registers the options
-    conf = cfg.CONF
-    # libvirt's arguments are not ours: read no command line.
-    conf([], project='nova-gpu', prog='nova-gpu-qemu-hook')
+    conf = cfg.CONF  # nova_gpu.conf (imported by daemon): the options
+    # libvirt's arguments are not ours: read no command line. The files
+    # are checked as every program's are: a FIFO there would hang libvirt.
+    daemon.read_config(conf, [], PROG)
     return conf.gpu_agent.sysfs_root, conf.gpu_agent.state_dir
+
+
+def _say(stderr, domain, what):
+    """One line for libvirt's log: the domain name and ``what`` (text, or
+    an error), both from outside, escaped (``daemon.printable``).
+    """
+    text = (daemon.describe_error(what) if isinstance(what, Exception)
+            else daemon.printable(what))
+    stderr.write('%s: domain %s: %s\n' % (PROG, daemon.printable(domain),
+                                          text))
 
 
 def _keep_record(change, state_dir, domain, stderr, *args):
@@ -290,9 +351,8 @@ def _keep_record(change, state_dir, domain, stderr, *args):
     try:
         change(state_dir, *args)
     except (OSError, ValueError) as e:
-        stderr.write('nova-gpu-qemu-hook: domain %s: VF %s: the record '
-                     'for the restore at boot failed: %s\n'
-                     % (domain, args[0], e))
+        _say(stderr, domain, 'VF %s: the record for the restore at boot '
+             'failed: %s' % (args[0], e))
 
 
 def main(argv=None, stdin=None, stderr=None, sysfs_root=None,
@@ -308,12 +368,14 @@ def main(argv=None, stdin=None, stderr=None, sysfs_root=None,
     phase = tuple(argv[1:3])
     if len(argv) < 3 or phase not in (PREPARE, RELEASE):
         return 0
+    domain = argv[0]
     stdin = stdin or sys.stdin
     try:
         xml = stdin.read(MAX_XML + 1)
         if len(xml) > MAX_XML:
             raise HookError('domain XML larger than %d bytes' % MAX_XML)
-        if not asks_vgpu_type(flavor_specs(_parse(xml))):
+        root = _parse(xml)
+        if not asks_vgpu_type(flavor_specs(root)):
             # Not a guest of ours: it starts and stops whatever else is
             # wrong here (the agent's configuration file, say).
             return 0
@@ -322,32 +384,29 @@ def main(argv=None, stdin=None, stderr=None, sysfs_root=None,
             # libvirt runs hooks as root: no privsep daemon needed.
             privsep.use_in_process()
         if phase == RELEASE:
-            return _release(argv[0], xml, sysfs_root, state_dir, stderr)
-        done = prepare(xml, sysfs_root)
-    except HookError as e:
-        stderr.write('nova-gpu-qemu-hook: domain %s: %s\n' % (argv[0], e))
+            return _release(domain, root, sysfs_root, state_dir, stderr)
+        done = prepare(root, sysfs_root)
+    except (HookError, daemon.ConfigError) as e:
+        _say(stderr, domain, e)
         return 1
     except Exception as e:  # a broken hook must say so, not hang libvirt
-        stderr.write('nova-gpu-qemu-hook: domain %s: unexpected error: '
-                     '%s\n' % (argv[0], e))
+        _say(stderr, domain, 'unexpected error: %s' % e)
         return 1
     for address, type_id in done:
-        stderr.write('nova-gpu-qemu-hook: domain %s: VF %s set to vGPU '
-                     'type %d\n' % (argv[0], address, type_id))
-        _keep_record(vf_types.record, state_dir, argv[0], stderr, address,
+        _say(stderr, domain, 'VF %s set to vGPU type %d' % (address,
+                                                             type_id))
+        _keep_record(vf_types.record, state_dir, domain, stderr, address,
                      type_id)
     return 0
 
 
-def _release(domain, xml, sysfs_root, state_dir, stderr):
-    cleared, failed = release(xml, sysfs_root)
+def _release(domain, root, sysfs_root, state_dir, stderr):
+    cleared, failed = release(root, sysfs_root)
     for address in cleared:
-        stderr.write('nova-gpu-qemu-hook: domain %s: VF %s vGPU type '
-                     'cleared\n' % (domain, address))
+        _say(stderr, domain, 'VF %s vGPU type cleared' % address)
         _keep_record(vf_types.forget, state_dir, domain, stderr, address)
     for problem in failed:
-        stderr.write('nova-gpu-qemu-hook: domain %s: clearing VF %s\n'
-                     % (domain, problem))
+        _say(stderr, domain, 'clearing VF %s' % problem)
     return 0  # the guest is gone: a release never fails
 
 

@@ -1,12 +1,26 @@
 """Make the carved layouts again after a reboot.
 
-A reboot loses every GPU instance (and VF type) the agent made. At start,
-before nova-compute (``etc/systemd/nova-gpu-agent.service`` is ordered
-``Before=nova-compute.service``), the agent re-applies each GPU's layout
-from ``layouts.json`` (``nova_gpu.agent.carver.LayoutStore``). A GPU that
-is gone or whose model changed is dropped from the store with a warning;
-one that fails stays in the store and is retried at the next start. The
-reconciler restarts persistent mdevs as before.
+A reboot loses every GPU instance (and VF type) the agent made.
+``nova-gpu-restore`` (``etc/systemd/nova-gpu-restore.service``, a oneshot
+ordered ``Before=nova-compute.service``) re-applies, in order, the MIG
+modes the agent set, the SR-IOV VFs of each PF (``nova_gpu.agent.sriov``),
+each GPU's layout from ``layouts.json``
+(``nova_gpu.agent.carver.LayoutStore``) and the vGPU types of the VFs a
+defined domain references. A GPU that is gone or whose model changed is
+dropped from the store with a warning; one that fails stays in the store
+and is retried at the next start. The reconciler restarts persistent
+mdevs as before.
+
+The agent runs the same restore at its start (``Agent.restore_layouts``),
+but without the VFs (``enable_vfs`` False, the default): it may start, or
+restart, while nova-compute runs, and nova-compute takes the host's PCI
+devices only when it starts (Nova 34's
+``ResourceTracker._setup_pci_tracker``, nova/compute/resource_tracker.py:
+the driver's ``pci_passthrough_devices`` reach the PCI tracker only when
+the tracker is created). VFs it enabled then would be on the host but not
+in Nova until a restart; it names the PFs short of their VFs instead
+(``Result.vfs_not_enabled``, a WARNING), and ``nova-gpu-restore`` then a
+nova-compute restart bring them back.
 """
 
 import dataclasses
@@ -32,16 +46,23 @@ class Result:
     mig_modes: list = dataclasses.field(default_factory=list)
     vfs_enabled: list = dataclasses.field(default_factory=list)
     vfs_dropped: list = dataclasses.field(default_factory=list)
+    # PFs short of their recorded VFs that were left alone (the agent at
+    # its start): "<PF>: <why>", also in ``failed``
+    vfs_not_enabled: list = dataclasses.field(default_factory=list)
     vf_types: list = dataclasses.field(default_factory=list)
     vf_types_dropped: list = dataclasses.field(default_factory=list)
 
 
-def restore(carver, catalog, sriov=None, vf_types=None):
+def restore(carver, catalog, sriov=None, vf_types=None, enable_vfs=False):
     """Restore MIG modes, VFs, layouts and VF types (see the module);
     a ``Result`` naming each device.
 
     ``sriov``: a ``sriov.SriovStore``; ``vf_types``: a
-    ``vf_types.VfTypes`` (None: that step is skipped).
+    ``vf_types.VfTypes`` (None: that step is skipped). ``enable_vfs``:
+    write ``sriov_numvfs`` for the recorded VFs, which only
+    ``nova-gpu-restore`` does (before nova-compute starts); without it the
+    PFs short of their VFs are named in ``vfs_not_enabled`` and
+    ``failed``, and nothing changes the host's set of PCI devices.
     """
     result = Result()
     manager = carver.manager
@@ -52,8 +73,12 @@ def restore(carver, catalog, sriov=None, vf_types=None):
     else:
         LOG.warning('no NVML: MIG modes and GPU layouts not restored')
     if sriov is not None and manager.sysfs is not None:
-        enabled, dropped, failed = sriov_mod.restore_vfs(manager, sriov)
-        result.vfs_enabled += enabled
+        if enable_vfs:
+            enabled, dropped, failed = sriov_mod.restore_vfs(manager, sriov)
+            result.vfs_enabled += enabled
+        else:
+            failed, dropped = sriov_mod.missing_vfs(manager, sriov)
+            result.vfs_not_enabled += failed
         result.vfs_dropped += dropped
         result.failed += failed
     if has_nvml:
@@ -61,6 +86,23 @@ def restore(carver, catalog, sriov=None, vf_types=None):
     if vf_types is not None and manager.sysfs is not None:
         _vf_types(manager, vf_types, result)
     return result
+
+
+def boot_restore(agent):
+    """What ``nova-gpu-restore`` makes: what the agent's start makes
+    (``Agent.restore_layouts``), and the VFs.
+
+    What a killed operation (a killed restore too) left is rolled back
+    first, so that the reconcile after the restore does not undo what the
+    restore makes.
+    """
+    try:
+        agent.reconciler.roll_back()
+    except errors.AgentError as e:
+        LOG.warning('rolling back cut-short operations before the '
+                    'restore failed (%s); the reconcile retries', e)
+    return restore(agent.carver, agent.catalog, sriov=agent.sriov,
+                   vf_types=agent.vf_types, enable_vfs=True)
 
 
 def _index_of(nvml, address, what, result):
@@ -167,8 +209,9 @@ def main(argv=None):
     reconcile.
 
     Run by ``nova-gpu-restore.service`` (a oneshot ordered before
-    nova-compute) so that nova-compute's first update sees the devices.
-    Exits 1 when a layout could not be made.
+    nova-compute) so that nova-compute, which takes the host's PCI
+    devices when it starts, finds the VFs. Exits 1 when something could
+    not be made.
     """
     from nova_gpu.agent import agent as agent_mod
     from nova_gpu.agent import service
@@ -177,7 +220,7 @@ def main(argv=None):
                            'nova-gpu-restore')
     agent = agent_mod.Agent(conf)
     try:
-        result = agent.restore_layouts()
+        result = boot_restore(agent)
         try:
             agent.reconcile()  # restarts persistent mdevs, rolls back
         except errors.AgentError as e:

@@ -21,33 +21,40 @@ from nova_gpu.agent import exporter
 from nova_gpu.agent import planning
 from nova_gpu.agent import privsep
 from nova_gpu.agent import publisher as publisher_mod
-import nova_gpu.conf
 from nova_gpu.core import report as report_mod
 from nova_gpu import daemon
 
 LOG = logging.getLogger(__name__)
 
 
-def prepare(argv, prog, stderr=False, config_files=None, overrides=None):
+def prepare(argv, prog):
     """Read the configuration, set logging up; the ConfigOpts.
 
-    ``config_files`` and ``overrides`` (``[DEFAULT]`` options, such as
-    ``debug``) come from a CLI that parsed its own arguments
-    (``nova-gpu``): oslo.config then reads no command line.
+    A configuration that cannot be used ends the program with one line
+    (``daemon.prepare``).
     """
-    conf = nova_gpu.conf.CONF
-    logging.register_options(conf)
-    if stderr:  # keep stdout for the command's output
-        conf.set_default('use_stderr', True)
-    conf(argv, project='nova-gpu', prog=prog,
-         default_config_files=config_files)
-    for name, value in (overrides or {}).items():
-        conf.set_override(name, value)
-    logging.setup(conf, 'nova-gpu')
+    conf = daemon.prepare(argv, prog)
+    _privsep_in_process_if_root()
+    return conf
+
+
+def configure(prog, config_files=None, overrides=None):
+    """``prepare`` for a CLI that parsed its own arguments (``nova-gpu``):
+    no command line read, logs on stderr, and ``daemon.ConfigError``
+    raised for the CLI to report.
+
+    ``overrides``: ``[DEFAULT]`` options, such as ``debug``.
+    """
+    conf = daemon.configure([], prog, stderr=True, config_files=config_files,
+                            overrides=overrides)
+    _privsep_in_process_if_root()
+    return conf
+
+
+def _privsep_in_process_if_root():
     if os.geteuid() == 0:
         # Already root (the service usually is): no privsep daemon needed.
         privsep.use_in_process()
-    return conf
 
 
 def main(argv=None):

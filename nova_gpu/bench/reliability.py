@@ -29,6 +29,9 @@ PARTS = (
     ('boots', 'concurrent boots to exhaustion, two schedulers racing'),
     ('agent', 'agent SIGKILLs, RabbitMQ and libvirtd restarts'),
     ('nvml', 'NVML faults during discovery: GPUs lost or unreadable'),
+    ('broker', 'scheduling and reporting with the broker up, stopped, '
+               'hung'),
+    ('flood', 'agent cycles and metrics under a connection flood'),
 )
 RESULTS = os.path.join(os.path.dirname(__file__), '..', '..', 'doc',
                        'source', 'results', 'reliability.md')

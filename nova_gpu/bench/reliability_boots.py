@@ -490,7 +490,7 @@ def nova_conf(stock=False):
     import copy
     from nova_gpu.testing import cloud as cloud_mod
     conf = copy.deepcopy(cloud_mod.STOCK_CONF if stock
-                         else cloud_mod.PLUGIN_CONF)
+                         else cloud_mod.HARNESS_CONF)
     conf['quota'] = {'instances': -1, 'cores': -1, 'ram': -1}
     return conf
 
@@ -520,6 +520,8 @@ def start(stock=False, schedulers=2):
     import fixtures
     from nova_gpu.testing import cloud as cloud_mod
     attrs = {'HOSTS': hosts(), 'NOVA_CONF': nova_conf(stock),
+             'SCHEDULER_FILES': () if stock else cloud_mod.service_conf.
+             SERVICE_FILES['scheduler'],
              'SCHEDULERS': schedulers, 'runTest': lambda self: None}
     case = type('BootsCloud', (cloud_mod.GpuCloudTestCase,), attrs)()
     case.useFixture(fixtures.EnvironmentVariable('OS_TEST_TIMEOUT', '0'))

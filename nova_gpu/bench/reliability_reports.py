@@ -2,7 +2,8 @@
 
 Mutations of valid version 1 and version 2 reports (wrong types, missing
 fields, huge, negative and non-finite numbers, bad GPU indices, unicode,
-nested junk, future generations, whole-report junk) go through the real
+nested junk, future generations, whole-report junk, reports larger than
+any real host, PCI addresses listed twice) go through the real
 ``listener.ReportEndpoint.info`` into a ``GpuView``, interleaved with valid
 reports of other hosts that a clean view receives too. Measured:
 
@@ -16,7 +17,10 @@ reports of other hosts that a clean view receives too. Measured:
   the clean view's (target 0); frozen hosts (the valid report not taken)
   are counted apart;
 * other hosts changed: hosts that only ever got valid reports must be
-  exactly as in the clean view (target 0).
+  exactly as in the clean view (target 0);
+* the slowest fuzzed report through the endpoint (target under 1 s: the
+  size bounds refuse what cannot be real before reading it; the largest
+  report the per-field bounds allowed took about 30 s).
 
 Everything runs in process on a fake clock; no network.
 """
@@ -24,6 +28,7 @@ Everything runs in process on a fake clock; no network.
 import copy
 import logging
 import random
+import time
 
 from oslo_config import cfg
 
@@ -32,6 +37,7 @@ from nova_gpu.core import catalog as catalog_mod
 from nova_gpu.core import fixtures
 from nova_gpu.core import report as report_mod
 from nova_gpu.scheduler import flavor
+from nova_gpu.scheduler import hosts as hosts_mod
 from nova_gpu.scheduler import listener
 from nova_gpu.scheduler import view as view_mod
 
@@ -133,8 +139,10 @@ def _paths(node, prefix=()):
             yield from _paths(value, prefix + (index,))
 
 
-def _mutate(rng, data):
-    """A mutated copy of ``data`` (1 to 3 mutations)."""
+def _mutate(rng, data, unreal=None):
+    """A mutated copy of ``data`` (1 to 3 mutations); ``unreal`` (a list)
+    gets True appended when one made it what no real host reports.
+    """
     data = copy.deepcopy(data)
     for _ in range(rng.randint(1, 3)):
         roll = rng.random()
@@ -156,7 +164,15 @@ def _mutate(rng, data):
         if roll < 0.3 and isinstance(data.get('gpus'), list) and all(
                 isinstance(g, dict) for g in data['gpus']) and data['gpus']:
             gpus = data['gpus']
-            op = rng.randrange(4)
+            op = rng.randrange(6)
+            if op >= 4 and _unreal(rng, data, op == 4):
+                # The last mutation: another could undo it (or walk every
+                # shared entry of a large one).
+                if unreal is not None:
+                    unreal.append(True)
+                return data
+            if op >= 4:
+                continue
             if op == 0:
                 gpus.append(copy.deepcopy(rng.choice(gpus)))
             elif op == 1:
@@ -198,6 +214,40 @@ def _mutate(rng, data):
         else:
             container[key] = copy.deepcopy(rng.choice(_JUNK))
     return data
+
+
+def _unreal(rng, data, larger):
+    """Make ``data`` what no real host reports: larger than any (every
+    per-field bound met, the total not), or a PCI address listed twice.
+    False when this report has no address to list twice.
+    """
+    gpus = data['gpus']
+    if larger:
+        # References, not copies: the report must be cheap to refuse,
+        # and to build.
+        gpu = rng.choice(gpus)
+        listed = gpu.get('providers')
+        listed = (listed if isinstance(listed, list) and listed
+                  else [{'name': 'x'}])
+        data['gpus'] = [dict(gpu, index=i, providers=listed * (
+            report_mod.MAX_PROVIDERS // len(listed)))
+            for i in range(report_mod.MAX_GPUS)]
+        return True
+    pools = [p for g in gpus if isinstance(g.get('providers'), list)
+             for p in g['providers']
+             if isinstance(p, dict) and isinstance(p.get('vfs'), list)
+             and p['vfs']]
+    if pools and rng.random() < 0.5:
+        pool = rng.choice(pools)
+        pool['vfs'] = pool['vfs'] + [rng.choice(pool['vfs'])]
+        return True
+    named = [g for g in gpus if g.get('address')]
+    if len(gpus) < 2 or not named:
+        return False
+    first = rng.choice(named)
+    second = rng.choice([g for g in gpus if g is not first])
+    second['address'] = first['address']
+    return True
 
 
 def _outcome(view, entry, spec):
@@ -248,32 +298,42 @@ def run(quick=False, reports=None, seed=20261201):
                             report_mod.EVENT_TYPE, report, {})
     bases = {name: valid(name) for name in victims}
 
-    escapes = raised = accepted = 0
+    escapes = raised = accepted = unreal = unreal_accepted = 0
     examples = []
     counter = _Counter()
     log = logging.getLogger(listener.__name__)
-    # The view's WARNINGs (generations reset) are expected here: muted.
-    quiet = logging.getLogger(view_mod.__name__)
-    saved = [(x, x.propagate, x.level) for x in (log, quiet)]
+    # The view's WARNINGs (generations reset, in its hosts) are expected
+    # here: muted.
+    quiet = [logging.getLogger(m.__name__) for m in (view_mod, hosts_mod)]
+    saved = [(x, x.propagate, x.level) for x in [log] + quiet]
     log.addHandler(counter)
     log.setLevel(logging.WARNING)
-    quiet.setLevel(logging.ERROR)
-    for x in (log, quiet):
+    for x in quiet:
+        x.setLevel(logging.ERROR)
+    for x in [log] + quiet:
         x.propagate = False
+    slowest = 0.0
     try:
         for k in range(n):
             victim = victims[k % VICTIMS]
-            payload = _mutate(rng, bases[victim])
+            marks = []
+            payload = _mutate(rng, bases[victim], marks)
+            unreal += bool(marks)
             before = fuzzed.get(victim)
+            start = time.perf_counter()
             try:
                 endpoint.info({}, 'nova-gpu-agent.' + victim,
                               report_mod.EVENT_TYPE, payload, {})
             except Exception as e:
                 escapes += 1
                 examples.append('escape: %s: %s' % (type(e).__name__, e))
+            slowest = max(slowest, time.perf_counter() - start)
             after = fuzzed.get(victim)
             if after is not before:
                 accepted += 1
+                unreal_accepted += bool(marks)
+                if marks:
+                    examples.append('unreal accepted: %s' % victim)
                 raised += _rank_all(fuzzed, after, specs, examples)
             if k % 5 == 0:
                 name = others[(k // 5) % OTHERS]
@@ -321,7 +381,7 @@ def run(quick=False, reports=None, seed=20261201):
         fig(PART, 'fuzzed reports (v1 and v2 mutations)', n, '-', True),
         fig(PART, 'accepted as valid after mutation', accepted, '-', True),
         fig(PART, 'dropped with a WARNING', counter.count, '-', True),
-        fig(PART, 'valid but older than the view (ignored)',
+        fig(PART, 'older than the view by their header (ignored)',
             n - accepted - counter.count, '>= 0',
             n - accepted - counter.count >= 0),
         fig(PART, 'escapes from ReportEndpoint.info', escapes, '0',
@@ -332,6 +392,12 @@ def run(quick=False, reports=None, seed=20261201):
         fig(PART, 'frozen hosts after a valid report', frozen, '0',
             frozen == 0),
         fig(PART, 'other hosts changed', changed, '0', changed == 0),
+        fig(PART, 'larger than any real host or an address twice', unreal,
+            '-', True),
+        fig(PART, 'of them accepted', unreal_accepted, '0',
+            unreal_accepted == 0),
+        fig(PART, 'slowest fuzzed report (ms)', round(slowest * 1000, 1),
+            '< 1000', slowest < 1.0),
     ]
 
 

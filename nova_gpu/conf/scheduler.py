@@ -156,6 +156,14 @@ opts = [
                     'published on, for the agents ([gpu_agent] '
                     'demand_topic). Not the report topic: each agent '
                     'listens in a pool of its own.'),
+    cfg.IntOpt('notification_queue_size', default=1000, min=1,
+               help='Most nova-gpu notifications (refusals, placements, '
+                    'demand publications) nova-scheduler holds while its '
+                    'background sender waits on the broker. Scheduling '
+                    'only queues them and never waits; when the queue is '
+                    'full the oldest one is dropped, counted and logged '
+                    'at WARNING (at most once a minute). One takes about '
+                    '2 KiB of memory.'),
     cfg.MultiStrOpt('typical_requests', default=[],
                     help='Typical GPU requests, one per line, each written '
                          'as extra specs separated by ";", e.g. '

@@ -11,6 +11,7 @@ import dataclasses
 import functools
 import os
 import re
+import stat
 
 import yaml
 
@@ -24,7 +25,12 @@ VGPU_MODES = ('mdev', 'sriov', 'none')
 
 @dataclasses.dataclass(frozen=True)
 class MigProfile:
-    """A GPU instance profile and where NVIDIA allows it on one GPU."""
+    """A GPU instance profile and where NVIDIA allows it on one GPU.
+
+    ``framebuffer_mib`` is explicit data, the MiB NVIDIA documents for the
+    profile's MIG-backed vGPU type; it is never derived from the name (an
+    H100 NVL's ``2g.24gb`` has 24672, not 24 * 1024).
+    """
 
     name: str
     compute_slices: int
@@ -57,7 +63,11 @@ class MigSpec:
 
 @dataclasses.dataclass(frozen=True)
 class VgpuProfile:
-    """An NVIDIA vGPU type; MIG-backed when ``mig_profile`` is set."""
+    """An NVIDIA vGPU type; MIG-backed when ``mig_profile`` is set.
+
+    ``framebuffer_mib``: NVIDIA's "Frame Buffer (MB)" as printed (MiB),
+    or the MIG profile's for a MIG-backed type.
+    """
 
     name: str
     framebuffer_mib: int
@@ -189,10 +199,28 @@ def _shipped():
     return models, dict(sources)
 
 
+# A catalog file is kilobytes (the shipped one, every model, is tens).
+MAX_FILE_BYTES = 4 * 2 ** 20
+
+
 def _load_file(path):
+    # Only a regular file is read, at most MAX_FILE_BYTES of it, and its
+    # open does not wait (O_NONBLOCK): a FIFO, a device or /dev/zero named
+    # as a catalog file must not hang or fill the memory of the service
+    # (scheduler, API, agent) loading the catalog.
     try:
-        with open(path, encoding='utf-8') as f:
-            doc = yaml.safe_load(f)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise exceptions.CatalogError(
+                path, None, None, 'not a regular file (a FIFO, a device or '
+                'a directory)')
+        with os.fdopen(fd, 'rb') as f:
+            data = f.read(MAX_FILE_BYTES + 1)
+        if len(data) > MAX_FILE_BYTES:
+            raise exceptions.CatalogError(
+                path, None, None, 'larger than %d bytes' % MAX_FILE_BYTES)
+        doc = yaml.safe_load(data.decode('utf-8'))
     except OSError as e:
         raise exceptions.CatalogError(path, None, None,
                                       'cannot read: %s' % e) from e

@@ -2,14 +2,23 @@
 
 A vGPU guest runs NVIDIA's guest driver of some release branch (R535,
 R550, ...); the host runs the NVIDIA vGPU manager of some branch. The
-release notes' "Compatible NVIDIA vGPU Manager and Guest VM Driver
-Releases" (vGPU 15 for KVM; vGPU 19 adds the third) list what NVIDIA
-supports: guest drivers of the manager's own branch; a manager of a later
-major branch with guest drivers of the previous branch; a manager of a
-later long-term support branch with guest drivers of the previous
-long-term support branch. A guest driver newer than the manager is never
-supported. Live migration also needs the two managers' vGPU version
-ranges (``nvmlGetVgpuVersion``) to overlap.
+release notes' "Compatibility Requirements for the NVIDIA vGPU Manager and
+Guest VM Driver" > "Compatible NVIDIA vGPU Manager and Guest VM Driver
+Releases" list what NVIDIA supports (vGPU 15 for Linux with KVM lists the
+first two; the vGPU 19 release notes, VMware vSphere and XenServer
+editions, list all three):
+
+* "NVIDIA vGPU Manager with guest VM drivers from the same release" (and,
+  vGPU 15, "from different releases within the same major release
+  branch");
+* "NVIDIA vGPU Manager from a later major release branch with guest VM
+  drivers from the previous branch";
+* "NVIDIA vGPU Manager from a later long-term support branch with guest
+  VM drivers from the previous long-term support branch".
+
+A guest driver newer than the manager is never supported. Live migration
+also needs the two managers' vGPU version ranges (``nvmlGetVgpuVersion``)
+to overlap.
 
 The one rule serves the scheduler filter (``GpuDriverFilter``), the move
 planner (``compatibility_rule`` for its ``compatible`` hook) and a live
@@ -27,19 +36,27 @@ from nova_gpu.core import exceptions
 IMAGE_PROPERTY = 'nvidia_guest_driver_branch'
 
 # Main branches of NVIDIA vGPU software, oldest first (vGPU 13 = R470,
-# 14 = R510, 15 = R525, 16 = R535, 17 = R550, 18 = R570, 19 = R580). Only
-# the order matters: the previous main branch of R550 is R535. A branch
-# not listed has no known predecessor: only its own guests are supported.
+# 14 = R510, 15 = R525, 16 = R535, 17 = R550, 18 = R570, 19 = R580,
+# 20 = R595). Only the order matters: the previous main branch of R550 is
+# R535, that of R595 is R580. A branch not listed has no known
+# predecessor: only its own guests are supported (add a newer branch here
+# when NVIDIA ships it, or its hosts refuse the previous branch's guests).
 # Checked: 15 = R525 (15.0 is 525.60.12), 16 = R535 (long-term support)
 # and 17 = R550 (production) in NVIDIA's vGPU release notes and lifecycle
-# table, 19 = R580 (19.0 is 580.65.05); 13, 14 and 18 from NVIDIA's
-# driver numbering only.
-MAIN_BRANCHES = ('R470', 'R510', 'R525', 'R535', 'R550', 'R570', 'R580')
-# The long-term support branches among them, oldest first: R535 and R580
-# are long-term support branches of NVIDIA's data-center drivers (their
-# "Supported Drivers and CUDA Toolkit Versions" table); R470 is not
-# listed, for want of a source, so R535 has no earlier one here.
-LONG_TERM_BRANCHES = ('R535', 'R580')
+# table, 19 = R580 (19.0 is 580.65.05); 20 = R595 from NVIDIA's vGPU
+# branch table (docs.nvidia.com/vgpu, "vGPU Software Release" / "Driver
+# Branch"), with R595 a production branch in NVIDIA's data-center driver
+# table ("Supported Drivers and CUDA Toolkit Versions") and vGPU 20.x
+# documents published (Management SDK User Guide, "v20.0 through 20.1");
+# 13, 14 and 18 from NVIDIA's driver numbering only.
+MAIN_BRANCHES = ('R470', 'R510', 'R525', 'R535', 'R550', 'R570', 'R580',
+                 'R595')
+# The long-term support branches among them, oldest first: NVIDIA's vGPU
+# branch table ("vGPU Branch Type") lists vGPU 13 (R470), vGPU 16 (R535)
+# and vGPU 19 (R580) as Long-Term Support, and the data-center driver
+# table lists R535 and R580 as long-term support branches. So an R535
+# manager takes R470 guests and an R580 manager R535 guests (third rule).
+LONG_TERM_BRANCHES = ('R470', 'R535', 'R580')
 
 _BRANCH = re.compile(r'[Rr]?([0-9]{3,4})')
 _VERSION = re.compile(r'([0-9]{3,4})(\.[0-9]{1,4}){1,3}')

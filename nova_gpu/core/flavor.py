@@ -443,7 +443,10 @@ def placement_extra_specs(spec, names):
     vendor-VFIO vGPUs and whole GPUs are PCI devices tracked by PCI in
     Placement: ``pci_passthrough:alias=<alias>:N``. Nova turns an alias
     count of N into N request groups of one device each
-    (``RequestSpec._generate_request_groups_from_pci_requests``); a whole
+    (``RequestSpec.generate_request_groups_from_pci_requests`` in
+    nova/objects/request_spec.py, with ``[filter_scheduler]
+    pci_in_placement``; ``group_policy`` defaults to ``none`` there,
+    ``nova.scheduler.utils.resources_from_request_spec``); a whole
     GPU is a provider of one, so N groups land on N GPUs; the VFs of one
     GPU are pooled in one provider, so vGPUs need ``group_policy=isolate``
     to land on N distinct GPUs. ``names``: a ``PathNames``.

@@ -59,7 +59,7 @@ def unit_fits(gpu, req):
 
 # The one fit rule is ``unit_slots`` (every slot of ``gpu`` that could hold
 # one device of ``req``), written with ``host.Gpu``'s own predicates
-# (``fits_share``, ``fits_whole``, ``mig_starts``, ``vgpu_room``...) and
+# (``fits_share``, ``fits_whole``, ``mig_offers``, ``vgpu_room``...) and
 # its model rule (``Gpu.serves_model``). ``fit_checker`` answers
 # ``bool(unit_slots(gpu, req))`` with named fast paths, one per request
 # kind, that ask the same Gpu predicates without building slots: the
@@ -140,8 +140,9 @@ def unit_slots(gpu, req):
     if kind == host_mod.MIG:
         if not model.mig or req.profile not in model.mig.profiles:
             return ()
+        # Gpu decides (MIG mode, enabled types, free slices): one rule.
         return tuple(host_mod.Slot(gpu.index, kind, (req.profile, s, None))
-                     for s in gpu.mig_starts(model.mig.profiles[req.profile]))
+                     for s in gpu.mig_offers(model.mig.profiles[req.profile]))
     # VGPU
     names = ((req.profile,) if req.profile else
              gpu.vgpu_types or tuple(gpu.vgpus) or ())

@@ -42,13 +42,33 @@ def _peers(peers):
     return peers
 
 
+@functools.lru_cache(maxsize=4096)
+def _backing(profiles):
+    """One frozenset per distinct set of MIG profiles under enabled
+    vGPU types (as ``_peers``: hosts of one server type share them).
+    """
+    return profiles
+
+
+def _mig_backing(model, vgpu_types):
+    """MIG profiles under the MIG-backed types of ``vgpu_types``, or None
+    when the GPU lists no enabled types (any type of the model).
+    """
+    if not vgpu_types:
+        return None
+    profiles = model.vgpu_profiles
+    return _backing(frozenset(
+        profiles[name].mig_profile for name in vgpu_types
+        if name in profiles and profiles[name].mig_backed))
+
+
 class Gpu:
     """A physical GPU: identity, topology and allocation state."""
 
     __slots__ = ('index', 'model', 'address', 'numa_node', 'pcie_switch',
                  'nvlink_peers', 'mig_enabled', 'vgpu_types',
                  'whole', 'share_milli', 'vgpus', 'vgpu_fb_mib',
-                 'mig_mask', 'mig_compute', 'mig_instances')
+                 'mig_mask', 'mig_compute', 'mig_instances', 'mig_backing')
 
     def __init__(self, index, model, address='', numa_node=0,
                  pcie_switch=None, nvlink_peers=(), mig_enabled=False,
@@ -65,6 +85,9 @@ class Gpu:
         self.mig_enabled = mig_enabled
         # vGPU types the operator enabled on this GPU (None: any in catalog)
         self.vgpu_types = tuple(vgpu_types) if vgpu_types else None
+        # MIG profiles a guest may be given here (``serves_mig``), derived
+        # from ``vgpu_types`` once: the fit checks ask it for every GPU.
+        self.mig_backing = _mig_backing(model, self.vgpu_types)
         self.whole = False
         self.share_milli = 0
         self.vgpus = {}
@@ -197,8 +220,36 @@ class Gpu:
             return 0
         return profile.max_instances - self.vgpus.get(profile.name, 0)
 
+    def serves_mig(self, mig_profile):
+        """A guest asking a MIG instance of ``mig_profile`` may get one here.
+
+        The one rule for bare MIG asks (``gpu:mig``, ``gpu:kind=mig``), as
+        ``vgpu_enabled`` is for vGPU types: MIG mode must be on and, where
+        the GPU lists its enabled types (``vgpu_types``), one of them must
+        be MIG-backed by ``mig_profile``. A guest reaches a GPU instance
+        only through the vGPU type of the VF Nova hands it, so a GPU set
+        up for A100-2-10C would give a 3g.20gb ask a 2g.10gb-backed vGPU.
+        """
+        backing = self.mig_backing
+        return self.mig_enabled and (backing is None
+                                     or mig_profile.name in backing)
+
+    def mig_offers(self, mig_profile):
+        """Free start slices a guest's ``mig_profile`` ask may take here:
+        ``mig_starts`` where ``serves_mig``.
+        """
+        if not self.serves_mig(mig_profile):
+            return ()
+        return self.mig_starts(mig_profile)
+
     def mig_starts(self, mig_profile):
-        """Free start slices for ``mig_profile`` on this GPU."""
+        """Free start slices for ``mig_profile`` on this GPU.
+
+        What the GPU could make now, whatever vGPU types are enabled (the
+        agent's MIG commands, the layout planner, and ``take``, which
+        accounts the GPU instances a report lists); what a guest may be
+        given is ``mig_offers``.
+        """
         if not self.mig_enabled:
             return ()
         spec = self.model.mig
@@ -211,8 +262,10 @@ class Gpu:
                      if not used & mask)
 
     def fits_mig(self, mig_profile):
-        """At least one instance of ``mig_profile`` fits (no tuple built)."""
-        if (not self.mig_enabled or self.mig_compute
+        """At least one instance of ``mig_profile`` fits and a guest may
+        be given it (``serves_mig``; no tuple built).
+        """
+        if (not self.serves_mig(mig_profile) or self.mig_compute
                 + mig_profile.compute_slices > self.model.mig.compute_slices):
             return False
         used = self.mig_mask

@@ -67,8 +67,16 @@ such as ``traits`` and ``vfs``), so later versions can add fields.
 
 Every field is validated (``parse``): types, ranges, GPU indices 0..n-1
 each once, NVLink peers among them, devices and vGPU types valid for the
-GPU's model, provider names unique, strings bounded. A bad report raises
-``ReportError`` (an ``InvalidRequest``) naming the host and the field.
+GPU's model, provider names and PCI addresses unique, strings bounded. A
+bad report raises ``ReportError`` (an ``InvalidRequest``) naming the host
+and the field.
+
+Cheap checks come first, so that what cannot be real costs little to
+refuse: the header (version, host, nodename, generation, boot_id;
+``parse_header``, which a receiver can hold against the report it has
+before it reads the rest), then the report's size (``MAX_TOTAL_*``:
+providers, VFs and devices over all GPUs, counted from the lists' lengths
+without reading them), then every field.
 
 Generations: ``generation`` is an integer in ``0 .. MAX_GENERATION``
 (JSON-safe; ``inf``, floats, booleans and strings are refused). The view
@@ -130,6 +138,18 @@ MAX_DEVICES = 4096             # per GPU
 MAX_PROVIDERS = 512            # per GPU (a PF has at most 256 VFs)
 MAX_LIST = 512                 # vgpu_types, vfs, nvlink_peers
 MAX_QUANTITY = 2 ** 53 - 1     # cpu_milli, memory_mib
+
+# Per report, over all its GPUs: the per-field bounds alone let one report
+# list 64 x 512 providers of 512 VFs each (16 million addresses, about
+# 30 s to parse). The largest real host has 16 GPUs (HGX-2, DGX-2); an
+# NVIDIA SR-IOV GPU has at most 64 VFs, so at most 66 providers (the PF's
+# mdev provider, one per VF, a PCI pool or device); a GPU holds at most
+# 32 vGPUs (the catalog's largest max_instances) or 7 MIG instances.
+# Real: 16 x 66 = 1056 providers, 16 x 64 = 1024 VFs, 16 x 32 = 512
+# devices. The bounds leave four times that and more.
+MAX_TOTAL_PROVIDERS = 4096     # every GPU's providers and left_out's
+MAX_TOTAL_VFS = 4096           # every pool's vfs
+MAX_TOTAL_DEVICES = 4096       # every GPU's devices
 
 _PCI_ADDRESS = re.compile(
     r'[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]')
@@ -220,6 +240,17 @@ class LeftOutGpu:
     address: str
     reason: str
     providers: tuple  # names of the providers Nova may have made for it
+
+
+@dataclasses.dataclass(frozen=True)
+class Header:
+    """What a report says of itself, before its GPUs (``parse_header``)."""
+
+    version: int
+    host: str
+    nodename: str
+    generation: int
+    boot_id: str
 
 
 @dataclasses.dataclass(frozen=True)
@@ -323,7 +354,8 @@ class _Parser:
 
     # -- the report --
 
-    def parse(self):
+    def header(self):
+        """The header fields, each checked; nothing else is read."""
         data = self.data
         if not isinstance(data, dict):
             self.fail('report', 'must be an object, got %s'
@@ -344,33 +376,112 @@ class _Parser:
             self.field(data, 'generation', 'generation'), 'generation',
             high=MAX_GENERATION)
         boot_id = self.optional_string(data.get('boot_id'), 'boot_id')
+        return Header(version, self.host, nodename, generation, boot_id)
+
+    def parse(self):
+        header = self.header()
+        data = self.data
+        raws = self.array(self.field(data, 'gpus', 'gpus'), 'gpus',
+                          MAX_GPUS)
+        self.size(raws, data.get('left_out'))
         cpu = self.integer(data.get('cpu_milli', 0), 'cpu_milli')
         memory = self.integer(data.get('memory_mib', 0), 'memory_mib')
         cells = self.cells(_absent_empty(data.get('numa_cells')))
-        raws = self.array(self.field(data, 'gpus', 'gpus'), 'gpus',
-                          MAX_GPUS)
         raws = self.ordered(raws)
         gpus = [self.gpu(raw, len(raws), cells) for raw in raws]
+        addresses = self.gpu_addresses(gpus)
         host = host_mod.Host(self.host, gpus, cpu, memory, cells)
-        providers, names = [], set()
+        providers, names, vfs = [], set(), {}
         for raw, gpu in zip(raws, gpus):
             self.devices(raw, gpu, host)
-            for p in self.providers(raw, gpu, version, nodename):
+            for n, p in enumerate(self.providers(raw, gpu, header.version,
+                                                 header.nodename)):
                 if p.name in names:
                     self.fail('gpus[%d].providers' % gpu.index,
                               'provider %s listed twice' % _shown(p.name))
                 names.add(p.name)
+                self.vf_addresses(p, '%s.providers[%d]' % (
+                    'gpus[%d]' % gpu.index, n), addresses, vfs)
                 providers.append(p)
-        return Report(version, host, nodename, generation, boot_id,
-                      tuple(providers), self.drivers(data.get('nvidia')),
+        return Report(header.version, host, header.nodename,
+                      header.generation, header.boot_id, tuple(providers),
+                      self.drivers(data.get('nvidia')),
                       self.left_out(data.get('left_out'), host, names))
+
+    def size(self, raws, left_out):
+        """Refuse a report larger than any real host (``MAX_TOTAL_*``)
+        from its lists' lengths, before any entry is read in full.
+
+        Entries of the wrong type are skipped: the full parse names them.
+        """
+        providers = vfs = devices = 0
+        for raw in raws:
+            if not isinstance(raw, dict):
+                continue
+            listed = raw.get('devices')
+            if isinstance(listed, list):
+                devices += len(listed)
+            listed = raw.get('providers')
+            if not isinstance(listed, list):
+                continue
+            providers += len(listed)
+            # Checked before the entries are walked: the walk is then
+            # bounded by the total.
+            self.within(providers, MAX_TOTAL_PROVIDERS, 'providers')
+            for entry in listed:
+                if isinstance(entry, dict) and isinstance(
+                        entry.get('vfs'), list):
+                    vfs += len(entry['vfs'])
+        if isinstance(left_out, list):
+            for entry in left_out[:MAX_GPUS + 1]:
+                if isinstance(entry, dict) and isinstance(
+                        entry.get('providers'), list):
+                    providers += len(entry['providers'])
+        self.within(providers, MAX_TOTAL_PROVIDERS, 'providers')
+        self.within(vfs, MAX_TOTAL_VFS, 'VFs')
+        self.within(devices, MAX_TOTAL_DEVICES, 'devices')
+
+    def within(self, count, bound, what):
+        if count > bound:
+            self.fail('gpus', 'more than %d %s over all GPUs (at least '
+                      '%d): larger than any real host' % (bound, what, count))
+
+    def gpu_addresses(self, gpus):
+        """GPU (PF) address -> its field path; each address once."""
+        seen = {}
+        for gpu in gpus:
+            address = gpu.address.lower()
+            path = 'gpus[%d].address' % gpu.index
+            if address in seen:
+                self.fail(path, 'PCI address %s listed twice (also %s)'
+                          % (gpu.address, seen[address]))
+            if address:
+                seen[address] = path
+        return seen
+
+    def vf_addresses(self, provider, path, gpus, seen):
+        """Each VF once in the host, and none of them a GPU (PF): a VF is
+        in one pool or the parent of one mdev provider (``seen``: VF
+        address -> its field path).
+        """
+        listed = [(a, '%s.vfs[%d]' % (path, n))
+                  for n, a in enumerate(provider.vfs)]
+        if provider.kind == VF_MDEV:
+            listed.append((provider.address, path + '.address'))
+        for address, where in listed:
+            key = address.lower()
+            also = seen.get(key) or gpus.get(key)
+            if also is not None:
+                self.fail(where, 'PCI address %s listed twice (also %s)'
+                          % (address, also))
+            seen[key] = where
 
     def left_out(self, raw, host, names):
         """The optional ``left_out`` list: a ``LeftOutGpu`` each, none of
         them a reported GPU, none of their providers a reported one's.
         """
         reported = {g.address for g in host.gpus}
-        found = []
+        found, seen = [], {}
         for n, entry in enumerate(self.array(_absent_empty(raw), 'left_out',
                                              MAX_GPUS)):
             path = 'left_out[%d]' % n
@@ -381,6 +492,10 @@ class _Parser:
             if address in reported:
                 self.fail(path + '.address', 'GPU %s is also in gpus'
                           % address)
+            if address.lower() in seen:
+                self.fail(path + '.address', 'PCI address %s listed twice '
+                          '(also %s)' % (address, seen[address.lower()]))
+            seen[address.lower()] = path + '.address'
             reason = self.string(self.field(entry, 'reason',
                                             path + '.reason'),
                                  path + '.reason')
@@ -626,6 +741,15 @@ def present_devices(raw_gpu):
 def parse(data, catalog):
     """Validate a report (version 1 or 2) and return a ``Report``."""
     return _Parser(data, catalog).parse()
+
+
+def parse_header(data):
+    """Validate a report's header only and return a ``Header``.
+
+    Cheap whatever the report's size: a receiver holds it against the
+    report it has (a stale replay is refused before its GPUs are read).
+    """
+    return _Parser(data, None).header()
 
 
 def host_from_dict(data, catalog):

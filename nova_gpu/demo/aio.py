@@ -122,8 +122,10 @@ def nova_conf(stock):
     """nova.conf of either cloud: the harness's, plus the aggregate filter."""
     from nova_gpu.testing import cloud as cloud_mod
     conf = copy.deepcopy(cloud_mod.STOCK_CONF if stock
-                         else cloud_mod.PLUGIN_CONF)
-    enabled = conf['filter_scheduler']['enabled_filters']
+                         else cloud_mod.HARNESS_CONF)
+    enabled = conf.setdefault('filter_scheduler', {}).setdefault(
+        'enabled_filters', list(cloud_mod.scheduler_value(
+            'filter_scheduler', 'enabled_filters')))
     # Before GpuFilter, which must see the candidates last.
     at = enabled.index('GpuFilter') if 'GpuFilter' in enabled else len(
         enabled)
@@ -133,7 +135,7 @@ def nova_conf(stock):
         # The flavors on offer are the typical requests: fragmentation is
         # measured against them from the first boot on, not only once each
         # has been seen.
-        conf['gpu_scheduler']['typical_requests'] = [
+        conf.setdefault('gpu_scheduler', {})['typical_requests'] = [
             ';'.join('%s=%s' % kv for kv in sorted(f.extra_specs.items()))
             for f in scenario.FLAVORS]
     return conf
@@ -178,8 +180,9 @@ def run(stock=False, progress=None, agents=False):
     """
     from nova_gpu.testing import cloud as cloud_mod
     start = time.monotonic()
-    cloud = cloud_mod.start_cloud(scenario.HOSTS, nova_conf=nova_conf(stock),
-                                  agents=agents and not stock)
+    cloud = cloud_mod.start_cloud(
+        scenario.HOSTS, nova_conf=nova_conf(stock),
+        agents=agents and not stock, scheduler_files=() if stock else None)
     try:
         limit_candidates(cloud)
         conn = connect(cloud)

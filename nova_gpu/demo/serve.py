@@ -82,9 +82,9 @@ def _flavors():
 def nova_conf(flavors):
     """nova.conf of the served cloud: the plugin's, quotas off."""
     from nova_gpu.testing import cloud as cloud_mod
-    conf = copy.deepcopy(cloud_mod.PLUGIN_CONF)
+    conf = copy.deepcopy(cloud_mod.HARNESS_CONF)
     conf['quota'] = {'instances': -1, 'cores': -1, 'ram': -1}
-    conf['gpu_scheduler']['typical_requests'] = [
+    conf.setdefault('gpu_scheduler', {})['typical_requests'] = [
         ';'.join('%s=%s' % kv for kv in sorted(f.extra_specs.items()))
         for f in flavors]
     return conf

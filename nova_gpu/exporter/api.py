@@ -6,7 +6,7 @@ scrapes /metrics. Both show the same ``CloudState``. Routes (GET only)::
     /metrics                    Prometheus text format
     /v1/hosts                   {"hosts": [host summary, ...]}
     /v1/hosts/<host>            host summary + "gpus" + "free_devices"
-    /v1/capacity                {"capacity": [{model, kind, profile,
+    /v1/capacity                {"capacity": [{model, kind, profile, servers,
                                                free, hosts}, ...]}
     /v1/providers               {"providers": [{name, host, gpu, kind,
                                    address, vfs, vgpu_type, mig}, ...]}
@@ -14,6 +14,7 @@ scrapes /metrics. Both show the same ``CloudState``. Routes (GET only)::
 Unknown paths answer 404, other methods 405, both with a JSON error.
 """
 
+import itertools
 import json
 
 import prometheus_client
@@ -118,14 +119,20 @@ class Api:
                 for (m, k, p), n in sorted(f.free_devices.items())]
             return body
         if parts == ['capacity']:
-            totals = {}
+            totals, servers = {}, {}
             for _n, (_e, f) in figures.items():
                 for key, n in f.free_devices.items():
                     free, hosts = totals.get(key, (0, 0))
                     totals[key] = (free + n, hosts + (1 if n else 0))
+                    fit = f.free_servers.get(key, ())
+                    servers[key] = [a + b for a, b in itertools.zip_longest(
+                        servers.get(key, []), fit, fillvalue=0)]
             return {'capacity': [
                 {'model': m, 'kind': k, 'profile': p, 'free': free,
-                 'hosts': hosts}
+                 'hosts': hosts,
+                 # servers asking 1, 2, ... of these devices, each on its
+                 # own GPU, that fit now (host by host)
+                 'servers': servers.get((m, k, p), [])}
                 for (m, k, p), (free, hosts) in sorted(totals.items())]}
         if parts == ['providers']:
             return {'providers': [

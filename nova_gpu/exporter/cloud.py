@@ -14,7 +14,8 @@ operator wants to see of a host:
   FGD measure), in GPUs and as a share of the host's GPU capacity, against
   the demand the host is set up to serve (``offered_demand``): each
   device its GPUs offer, equally likely (the vGPU types of its Placement
-  providers, the MIG profiles of a GPU in MIG mode, a whole GPU for a
+  providers, the MIG profiles a GPU in MIG mode serves (``host.Gpu.
+  serves_mig``: those of its MIG-backed types), a whole GPU for a
   passthrough one, every profile of the model when the report says
   nothing). An empty host has none, whatever its models; each device
   that leaves free capacity some offered device cannot use adds some;
@@ -50,6 +51,9 @@ class HostFigures:
     capacity_milli: int
     free_milli: int
     free_devices: dict       # (model, kind, profile) -> how many more fit
+    # (model, kind, profile) -> how many more servers asking N of them fit
+    # (index N - 1, N up to MAX_DEVICES)
+    free_servers: dict
     fragmentation_milli: float
     stranded_milli: int
 
@@ -82,8 +86,10 @@ def offered_requests(report):
         for name in types:
             found.add(request_mod.GpuRequest(host_mod.VGPU, name))
         if gpu.mig_enabled and model.mig:
+            # The sizes a guest may be given here (the core's rule).
             found.update(request_mod.GpuRequest(host_mod.MIG, name)
-                         for name in model.mig.profiles)
+                         for name, profile in model.mig.profiles.items()
+                         if gpu.serves_mig(profile))
         if any(p.kind == report_mod.PCI_DEVICE for p in providers):
             found.add(request_mod.GpuRequest(host_mod.WHOLE))
         if not providers and not gpu.vgpu_types and not gpu.mig_enabled:
@@ -112,6 +118,27 @@ def demand_of(requests):
                                  sorted(requests, key=lambda r: r.key())])
 
 
+# The most devices one server may ask ([gpu_scheduler] max_gpu_count's
+# maximum).
+MAX_DEVICES = 8
+
+
+def servers_fitting(rooms, count):
+    """How many servers of ``count`` devices, each on its own GPU, fit.
+
+    ``rooms``: how many more devices fit on each GPU of one host. k
+    servers fit when the GPUs can give k servers ``count`` devices without
+    any GPU giving one server two: ``sum(min(room, k)) >= count * k``.
+    """
+    best, k = 0, 1
+    total = sum(rooms)
+    while count * k <= total:
+        if sum(min(room, k) for room in rooms) >= count * k:
+            best = k
+        k += 1
+    return best
+
+
 def gpu_room(gpu, req):
     """How many more devices of ``req`` fit on ``gpu`` now (alone)."""
     taken = []
@@ -136,15 +163,20 @@ def host_figures(host, offers, demand_of=demand_of):
     those devices, and summed: a GPU is no fragment of a request it was
     never set up to serve (an L4 of an A100's MIG profile).
     """
-    gpus, free_devices, groups = {}, {}, {}
+    gpus, free_devices, groups, rooms = {}, {}, {}, {}
     stranded = 0
     for gpu in host.gpus:
         name = gpu.model.name
         gpus[name] = gpus.get(name, 0) + 1
+        requests = offers.get(gpu.index, frozenset())
         for kind, profile, req in profile_requests(gpu.model):
             key = (name, kind, profile)
-            free_devices[key] = free_devices.get(key, 0) + gpu_room(gpu, req)
-        requests = offers.get(gpu.index, frozenset())
+            # What the GPU is set up to serve (its path: the types Nova
+            # was given, MIG sizes, a whole GPU only where it is a PCI
+            # device), not what its hardware could hold.
+            room = gpu_room(gpu, req) if req in requests else 0
+            free_devices[key] = free_devices.get(key, 0) + room
+            rooms.setdefault(key, []).append(room)
         groups.setdefault(requests, []).append(gpu)
         free = gpu.free_milli
         if free and not any(
@@ -162,8 +194,10 @@ def host_figures(host, offers, demand_of=demand_of):
     return HostFigures(
         gpus=gpus, capacity_milli=len(host.gpus) * host_mod.MILLI,
         free_milli=sum(g.free_milli for g in host.gpus),
-        free_devices=free_devices, fragmentation_milli=frag,
-        stranded_milli=stranded)
+        free_devices=free_devices,
+        free_servers={key: tuple(servers_fitting(r, n) for n in range(
+            1, MAX_DEVICES + 1)) for key, r in rooms.items()},
+        fragmentation_milli=frag, stranded_milli=stranded)
 
 
 class CloudState:

@@ -74,6 +74,15 @@ class ShowHost(command.ShowOne):
         return titles, values
 
 
+def servers_of(row, count):
+    """Servers asking ``count`` devices of a capacity row that fit now."""
+    servers = row.get('servers')
+    if not servers:
+        # An exporter of an earlier release: an upper bound.
+        return row['free'] // count
+    return servers[count - 1] if 0 < count <= len(servers) else 0
+
+
 def flavor_device(extra_specs):
     """(kind, profile, models, count) a flavor's ``gpu:`` specs name."""
     specs = extra_specs or {}
@@ -141,11 +150,11 @@ class Capacity(command.Lister):
         values = [[r['model'], r['kind'], r['profile'], r['free'],
                    r['hosts']] for r in selected]
         if parsed_args.flavor:
-            # each device of a server is on its own GPU: this is an upper
-            # bound when a flavor asks several
-            columns.append('Servers (at most)')
-            for v in values:
-                v.append(v[3] // count)
+            # Servers of the flavor that fit now: its devices each on its
+            # own GPU, host by host (the exporter counts them).
+            columns.append('Servers')
+            for v, r in zip(values, selected):
+                v.append(servers_of(r, count))
         return columns, [tuple(v) for v in values]
 
     def _extra_specs(self, name):

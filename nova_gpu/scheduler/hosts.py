@@ -20,8 +20,18 @@ naming rules, ``core.report.mdev_provider_name`` / ``pci_provider_name``)
 and are resolved to UUIDs here, once per change of a host's providers,
 through Nova's own report client (``PlacementResolver``); see
 doc/source/architecture.rst for why the scheduler, not the agent, does it.
+
+What one publisher can cost is bounded. A report is refused before its
+GPUs are read when it is no newer than the one held (``ingest``) or
+larger than any real host (``core.report``'s ``MAX_TOTAL_*``). A host
+that Nova has not matched to a compute node (Placement has no root
+provider of that name, and Nova has not asked the filter about it) is
+held for at most ``UNMATCHED_TTL`` seconds after its last report, and at
+most ``MAX_UNMATCHED`` of them, oldest evicted first (``Hosts.evicted``
+counts them): host names a publisher invents cannot fill the view.
 """
 
+import collections
 import functools
 import itertools
 import operator
@@ -50,6 +60,17 @@ MAX_FAILURES = 100
 MAX_SORTED = 8192
 # Distinct shared topologies, model sets and class sets (server types).
 MAX_SHARED = 4096
+# Hosts held that Nova has not matched to a compute node, at most, and
+# how long one is held after its last report. A real host is matched at
+# its first report (``PlacementResolver`` finds its compute node) or when
+# Nova first asks the filter about it; unmatched real hosts are those
+# whose nova-compute has not registered yet, which report every
+# ``[gpu_agent] reconcile_interval`` (60 s) and so stay. A rollout brings
+# up fewer at once; an unmatched host costs about 6 KiB (8 GPUs).
+MAX_UNMATCHED = 1000
+UNMATCHED_TTL = 900.0
+# Evictions logged at WARNING: the first, then one in this many.
+EVICTIONS_LOGGED_EVERY = 1000
 # Provider kinds that hold exactly one device (inventory total 1): a VF
 # with its one mdev, a whole GPU as one PCI device. A claim fills them.
 UNIT_KINDS = frozenset((report_mod.VF_MDEV, report_mod.PCI_DEVICE))
@@ -107,7 +128,8 @@ class HostEntry:
                  'boot_id', 'version', 'pending', 'models', 'received',
                  'rp_sets', 'topology_key', 'state_key', 'failures',
                  'last_ranking', 'drivers', 'unit_names', 'unit_uuids',
-                 'last_order', 'left_out', 'lost_names', 'lost_uuids')
+                 'last_order', 'left_out', 'lost_names', 'lost_uuids',
+                 'matched')
 
     def __init__(self, nodename, host, providers, generation, received,
                  provider_info=None, boot_id=None, drivers=None,
@@ -167,6 +189,9 @@ class HostEntry:
         self.models = _shared(frozenset(
             m for g in host.gpus for m in (g.model.name,) + g.model.aliases))
         self.received = received
+        # Nova knows this host as a compute node (``Hosts.match``): it is
+        # held for as long as it is (``Hosts`` evicts unmatched ones).
+        self.matched = False
 
     def mig_slot(self, rp_uuid):
         """(MIG profile, start) behind a MIG-backed VF provider, or None."""
@@ -414,6 +439,10 @@ class Hosts:
         # Hosts reported in the same state share one core Host (content
         # -> Host); kept only while an entry holds it.
         self._same = weakref.WeakValueDictionary()
+        # Unmatched hosts (nodename -> when last reported), oldest first.
+        self._unmatched = collections.OrderedDict()
+        # Unmatched hosts evicted so far (too many, or too old).
+        self.evicted = 0
 
     def get(self, nodename):
         return self._hosts.get(nodename)
@@ -421,6 +450,49 @@ class Hosts:
     def remove(self, nodename):
         with self._lock:
             self._hosts.pop(nodename, None)
+            self._unmatched.pop(nodename, None)
+
+    @property
+    def unmatched(self):
+        """How many hosts held are not matched to a Nova compute node."""
+        return len(self._unmatched)
+
+    def match(self, entry):
+        """Nova knows ``entry``'s host as a compute node: hold it."""
+        with self._lock:
+            entry.matched = True
+            current = self._hosts.get(entry.nodename)
+            if current is not None:
+                current.matched = True
+            self._unmatched.pop(entry.nodename, None)
+
+    def _hold_unmatched(self, entry):
+        """Count ``entry`` among the unmatched hosts (under the lock)."""
+        self._unmatched[entry.nodename] = entry.received
+        self._unmatched.move_to_end(entry.nodename)
+
+    def _evict(self, now):
+        """Drop unmatched hosts beyond ``MAX_UNMATCHED`` and those not
+        reported for ``UNMATCHED_TTL`` seconds, oldest first (under the
+        lock).
+        """
+        unmatched = self._unmatched
+        while unmatched:
+            nodename, seen = next(iter(unmatched.items()))
+            if (len(unmatched) <= MAX_UNMATCHED
+                    and now - seen <= UNMATCHED_TTL):
+                return
+            del unmatched[nodename]
+            self._hosts.pop(nodename, None)
+            self.evicted += 1
+            log = (LOG.warning
+                   if self.evicted % EVICTIONS_LOGGED_EVERY == 1
+                   else LOG.debug)
+            log('Forgetting the GPU report of %s: no Nova compute node of '
+                'that name is known, and it is the oldest such host (at '
+                'most %d are held, each for %d s after its last report); '
+                '%d forgotten so far', nodename, MAX_UNMATCHED,
+                UNMATCHED_TTL, self.evicted)
 
     def __len__(self):
         return len(self._hosts)
@@ -432,7 +504,9 @@ class Hosts:
 
         Raises ``core.report.ReportError`` (naming host and field) for a
         malformed report, before anything changes. Returns the entry kept,
-        which is the old one when the report is stale.
+        which is the old one when the report is stale: that is known from
+        the report's header (``core.report.parse_header``), before its
+        GPUs are read.
 
         Generations never freeze a host. A report whose generation is
         lower than the one held is an out-of-order delivery, ignored,
@@ -445,6 +519,10 @@ class Hosts:
         WARNING. Generations that are not integers in 0..2**53-1 (``inf``,
         floats, strings) are refused by the parser.
         """
+        header = report_mod.parse_header(report)
+        held = self._hosts.get(header.nodename)
+        if held is not None and not self._newer(held, header, log=False):
+            return held
         parsed = report_mod.parse(report, self.catalog)
         providers = {sys.intern(p.name): p.gpu for p in parsed.providers}
         host = parsed.host
@@ -460,6 +538,8 @@ class Hosts:
         with self._lock:
             old = self._hosts.get(entry.nodename)
             if old is not None and not self._newer(old, entry):
+                # Another report of this host came in while this one was
+                # read.
                 return old
             known = False
             if old is not None:
@@ -473,35 +553,48 @@ class Hosts:
                     entry.unit_uuids = old.unit_uuids
                     entry.lost_uuids = old.lost_uuids
                     known = len(old.uuids) == len(providers)
+                entry.matched = old.matched
             self._hosts[entry.nodename] = entry
+            if not entry.matched:
+                self._hold_unmatched(entry)
+            self._evict(entry.received)
         if not known:
             self.resolve(entry)
         return entry
 
-    def _newer(self, old, entry):
-        """Whether ``entry`` replaces ``old`` (see ``ingest``)."""
+    def _newer(self, old, entry, log=True):
+        """Whether ``entry`` (a HostEntry or a report's
+        ``core.report.Header``) replaces ``old`` (see ``ingest``).
+
+        ``log``: say why (a header's answer is not logged: the report may
+        still be refused once read).
+        """
         if entry.generation >= old.generation:
             return True
-        if entry.boot_id is not None and entry.boot_id != old.boot_id:
+        why = self._reset(old, entry)
+        if log and why is not None:
             LOG.warning('GPU report %d of %s is older than the one held '
-                        '(%d) but comes from a new agent run (boot_id %s, '
-                        'was %s): accepted', entry.generation,
-                        entry.nodename, old.generation, entry.boot_id,
-                        old.boot_id)
-            return True
+                        '(%d) but %s: accepted', entry.generation,
+                        entry.nodename, old.generation, why)
+        elif log:
+            LOG.debug('Ignoring GPU report %d of %s: have %d (out of '
+                      'order)', entry.generation, entry.nodename,
+                      old.generation)
+        return why is not None
+
+    def _reset(self, old, entry):
+        """Why a lower generation than ``old``'s replaces it, or None."""
+        if entry.boot_id is not None and entry.boot_id != old.boot_id:
+            return ('comes from a new agent run (boot_id %s, was %s)'
+                    % (entry.boot_id, old.boot_id))
         age = self.clock() - old.received
         bound = CONF.gpu_scheduler.generation_reset_after
         if age > bound:
-            LOG.warning('GPU report %d of %s is older than the one held '
-                        '(%d), which arrived %.0f s ago (more than '
-                        '[gpu_scheduler] generation_reset_after = %d s): '
-                        'accepted; the agent\'s generations went back '
-                        '(clock set back?)', entry.generation,
-                        entry.nodename, old.generation, age, bound)
-            return True
-        LOG.debug('Ignoring GPU report %d of %s: have %d (out of order)',
-                  entry.generation, entry.nodename, old.generation)
-        return False
+            return ('the held one arrived %.0f s ago (more than '
+                    '[gpu_scheduler] generation_reset_after = %d s); the '
+                    'agent\'s generations went back (clock set back?)'
+                    % (age, bound))
+        return None
 
     # -- provider UUIDs -----------------------------------------------------
 
@@ -518,6 +611,9 @@ class Hosts:
                         entry.nodename, e)
             return
         self._set_uuids(entry, found)
+        # Placement has the compute node (the resolver found its root).
+        if not entry.matched:
+            self.match(entry)
 
     def _set_uuids(self, entry, uuids_by_name):
         providers = entry.providers
@@ -590,8 +686,16 @@ class Hosts:
             entry.changed()
 
 
+class UnknownNode(exceptions.GpuError):
+    """Placement has no compute node (root provider) of that name."""
+
+
 class PlacementResolver:
-    """Provider name -> UUID through Nova's Placement report client."""
+    """Provider name -> UUID through Nova's Placement report client.
+
+    Raises ``UnknownNode`` when Placement has no compute node of the
+    name; returning means it has one (``Hosts.match``).
+    """
 
     def __init__(self, client=None):
         self._client = client
@@ -608,8 +712,7 @@ class PlacementResolver:
     def __call__(self, nodename, names):
         roots = self._get('/resource_providers?name=%s' % nodename)
         if not roots:
-            raise exceptions.GpuError('no resource provider named %s'
-                                      % nodename)
+            raise UnknownNode('no resource provider named %s' % nodename)
         tree = self._get('/resource_providers?in_tree=%s'
                          % roots[0]['uuid'])
         wanted = set(names)

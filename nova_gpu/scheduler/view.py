@@ -222,6 +222,9 @@ class GpuView:
             return Decision(request, num_instances, why=(
                 'no GPU report from this host yet' if spec.explicit
                 else None))  # stock vGPU flavor on an unknown host: as Nova
+        if not entry.matched:
+            # Nova asks about this host: it is a compute node, held.
+            self.hosts.match(entry)
         full = None
         if (previous is not None and previous.spec_ref is request.spec_ref
                 and previous.instance_uuid != request.instance_uuid):

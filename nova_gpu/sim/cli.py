@@ -15,6 +15,7 @@ import os
 import sys
 
 from nova_gpu.core import exceptions
+from nova_gpu import daemon
 from nova_gpu.sim import policies as policies_mod
 from nova_gpu.sim import replay as replay_mod
 from nova_gpu.sim import report
@@ -23,6 +24,9 @@ from nova_gpu import tables
 
 DEFAULT_TRACE_DIR = os.path.join('..', 'shared', 'traces',
                                  'alibaba-gpu-v2023')
+# The Alibaba trace's lists are under 1 MiB each; a trace a hundred times
+# larger still replays.
+MAX_INPUT_BYTES = 256 * 2 ** 20
 
 
 def parse_seeds(text):
@@ -152,6 +156,20 @@ def audit(nodes_path, tasks_path, placements):
     return 1 if problems else 0
 
 
+def check_inputs(files):
+    """The one-line error for the first of ``files`` (``{what: path}``,
+    None where not read) that ``daemon.check_file`` refuses, or None.
+    """
+    for what, path in files.items():
+        if path is None:
+            continue
+        try:
+            daemon.check_file(path, what, MAX_INPUT_BYTES)
+        except daemon.ConfigError as e:
+            return daemon.error_line('nova-gpu-sim', e)
+    return None
+
+
 def main(argv=None):
     args = build_parser().parse_args(argv)
     nodes_path = args.nodes or os.path.join(args.trace_dir,
@@ -160,6 +178,16 @@ def main(argv=None):
         args.trace_dir, 'openb_pod_list_%s.csv' % args.workload)
     expected = args.expected or os.path.join(args.trace_dir,
                                              'fgd_expected_alloc.csv')
+    # Every file read is checked first: a FIFO would hang the replay,
+    # /dev/zero fill the memory. The default published results are
+    # optional (read only where present).
+    problem = check_inputs({'node list': nodes_path,
+                            'task list': tasks_path,
+                            'placements file': args.audit,
+                            'published results file': args.expected})
+    if problem:
+        print(problem, file=sys.stderr)
+        return 2
     if args.audit:
         return audit(nodes_path, tasks_path, args.audit)
     policies = [p.strip() for p in args.policies.split(',') if p.strip()]

@@ -500,9 +500,11 @@ class AgentReportsMixin:
         # Before the scheduler starts: its listener connects at start.
         self.report_url = self.broker_url()
         self.report_topic = 'nova_gpu_reports_%s' % uuid_mod.uuid4().hex[:8]
-        self.flags(transport_url=self.report_url,
-                   group='oslo_messaging_notifications')
-        self.flags(report_topic=self.report_topic, group='gpu_scheduler')
+        self.flags_for_every_service('oslo_messaging_notifications',
+                                     transport_url=self.report_url)
+        self.flags_for_every_service('gpu_scheduler',
+                                     report_topic=self.report_topic,
+                                     report_listener=True)
         self.agent_hosts = {}   # hostname -> HostSysfs
         self.agents = {}        # hostname -> AgentProcess
         self.agent_dirs = {}
@@ -511,12 +513,6 @@ class AgentReportsMixin:
         self.report_queues = ['%s.info' % self.report_topic]
         self.addCleanup(delete_queues, self.report_url, self.report_queues)
         return super()._setup_scheduler_service()
-
-    def start_service(self, name, *args, **kwargs):
-        if name == 'scheduler':
-            # After NOVA_CONF (whatever it says), before the service starts.
-            self.flags(report_listener=True, group='gpu_scheduler')
-        return super().start_service(name, *args, **kwargs)
 
     def add_gpu_host(self, spec):
         compute = super().add_gpu_host(spec)

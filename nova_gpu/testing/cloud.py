@@ -50,7 +50,6 @@ from nova.tests import fixtures as nova_fixtures
 from nova.tests.fixtures import libvirt as fakelibvirt
 from nova.tests.functional.libvirt import test_vgpu
 from oslo_config import cfg
-from oslo_serialization import jsonutils
 
 from nova_gpu.core import catalog as catalog_mod
 from nova_gpu.core import engine as engine_mod
@@ -61,44 +60,16 @@ from nova_gpu.core import request as request_mod
 from nova_gpu.scheduler import flavor as flavor_mod
 from nova_gpu.scheduler import listener
 from nova_gpu.scheduler import view as view_mod
+from nova_gpu.testing import service_conf
 
 CONF = cfg.CONF
 IMAGE = '155d900f-4e14-4e4c-a73d-069cbf4541e6'  # in Nova's fake Glance
 
-# nova.conf as an operator writes it to enable the plugin.
-PLUGIN_CONF = {
-    'filter_scheduler': {
-        'available_filters': ['nova.scheduler.filters.all_filters',
-                              'nova_gpu.scheduler.filters.GpuFilter'],
-        'enabled_filters': ['ComputeFilter', 'ComputeCapabilitiesFilter',
-                            'ImagePropertiesFilter',
-                            'ServerGroupAntiAffinityFilter',
-                            'ServerGroupAffinityFilter',
-                            'NUMATopologyFilter', 'PciPassthroughFilter',
-                            'GpuFilter'],
-        'weight_classes': [
-            'nova.scheduler.weights.all_weighers',
-            'nova_gpu.scheduler.weighers.GpuFragmentationWeigher',
-            'nova_gpu.scheduler.weighers.GpuTopologyWeigher'],
-    },
-    'gpu_scheduler': {
-        # Above the sum of Nova's spreading weighers (RAM, CPU, disk, I/O),
-        # so that GPU packing decides on GPU hosts.
-        'fragmentation_weight_multiplier': 10.0,
-        'topology_weight_multiplier': 10.0,
-        # Reports come from sync_gpu_reports, not a message bus.
-        'report_listener': False,
-    },
-}
-# The plugin as a large cloud runs it: candidates ordered on the hosts
-# Nova reads them on, both GPU weights from one weigher.
-SELECTED_HOST_CONF = {
-    group: dict(values) for group, values in PLUGIN_CONF.items()}
-SELECTED_HOST_CONF['filter_scheduler']['weight_classes'] = [
-    'nova.scheduler.weights.all_weighers',
-    'nova_gpu.scheduler.weighers.GpuWeigher']
-SELECTED_HOST_CONF['gpu_scheduler']['candidate_order'] = 'selected_host'
-# The same cloud without the plugin: Nova's defaults.
+# What the harness sets on top of every service's files (etc/nova, see
+# service_conf): reports come from sync_gpu_reports, not a message bus.
+HARNESS_CONF = {'gpu_scheduler': {'report_listener': False}}
+# The same cloud without the plugin: Nova's filters (the PCI and NUMA ones
+# the GPU paths need), no nova-gpu scheduler file (SCHEDULER_FILES = ()).
 STOCK_CONF = {
     'filter_scheduler': {
         'enabled_filters': ['ComputeFilter', 'ComputeCapabilitiesFilter',
@@ -108,6 +79,12 @@ STOCK_CONF = {
                             'NUMATopologyFilter', 'PciPassthroughFilter'],
     },
 }
+
+
+def scheduler_value(group, option, files=service_conf.SERVICE_FILES[
+        service_conf.SCHEDULER]):
+    """What nova-scheduler's files give an option (for tests adding to it)."""
+    return service_conf.merge(files)[(group, option)]
 
 
 # How a fake host's GPUs reach guests (see the module doc).
@@ -274,7 +251,7 @@ class GpuState:
             return []
         parents = {libvirt_name(a): a for a in self.functions()}
         found = []
-        for name, mdev in self.connection.mdev_info.devices.items():
+        for name, mdev in list(self.connection.mdev_info.devices.items()):
             parent = re.search(r'<parent>(.*?)</parent>', mdev.xml).group(1)
             if parent in parents:
                 found.append((name[len('mdev_'):].replace('_', '-'),
@@ -429,6 +406,35 @@ def _host_devices(spec, host_index):
     return gpus, info
 
 
+def _path_file_key(spec):
+    """The key of ``service_conf.PATH_FILES`` for a host's path."""
+    if spec.path == VF_MDEV and spec.mig:
+        return 'mig_vgpu'
+    return spec.path
+
+
+def _host_addresses(hosts):
+    """({mdev type id: [addresses]}, [(path, PCI address)]) of ``hosts``.
+
+    What each host's nova.conf lists, as generations.rst tells operators:
+    the PFs (PF mdev) or VFs (SR-IOV + mdev) per enabled type, the
+    vendor-VFIO VFs and the passthrough PFs in ``device_spec``.
+    """
+    by_type = collections.defaultdict(list)
+    device_specs = []
+    for i, spec in enumerate(hosts):
+        for state in _host_devices(spec, i)[0]:
+            if spec.path == PF_MDEV:
+                by_type[mdev_type_id(spec.vgpu_type)].append(state.address)
+            elif spec.path == VF_MDEV:
+                by_type[mdev_type_id(spec.vgpu_type)].extend(state.vfs)
+            elif spec.path == VFIO:
+                device_specs.extend((VFIO, vf) for vf in state.vfs)
+            else:
+                device_specs.append((PASSTHROUGH, state.address))
+    return dict(by_type), device_specs
+
+
 # Tries to enter a cell before giving up (Nova's fixture alone: 3).
 CELL_SWITCH_TRIES = 20
 
@@ -546,18 +552,6 @@ class GuestDevice:
     mig: tuple = None       # (MIG profile, start slice) of a MIG-backed VF
 
 
-def pci_aliases(names):
-    """``[pci] alias`` entries of the PCI-in-Placement paths.
-
-    By resource class only (Nova accepts that with pci_in_placement): the
-    class is what ``device_spec`` gave the devices, one per path.
-    """
-    return [{'name': names.vfio_alias, 'resource_class': names.vfio_rc,
-             'device_type': 'type-VF'},
-            {'name': names.whole_alias, 'resource_class': names.whole_rc,
-             'device_type': 'type-PF'}]
-
-
 def hostdev_refs(domain_xml):
     """(mdev UUIDs, PCI addresses) a domain XML's hostdevs reference."""
     root = etree.fromstring(domain_xml.encode())
@@ -585,13 +579,17 @@ def hostdev_xml(domain_xml):
 class GpuCloudTestCase(test_vgpu.VGPUTestBase):
     """Nova + Placement in process with the ``HOSTS`` GPU hosts started.
 
-    ``NOVA_CONF`` is applied (group -> option -> value) before the
-    scheduler starts, as nova.conf would be.
+    Each Nova service starts from its own files of ``etc/nova``
+    (:mod:`nova_gpu.testing.service_conf`): nova-scheduler from
+    ``SCHEDULER_FILES`` (``()``: stock Nova), every service with the PCI
+    file where a host uses a PCI path, nova-compute with its hosts' path
+    files. ``NOVA_CONF`` (group -> option -> value) is what the test sets
+    on top, for every service.
     """
 
     HOSTS = ()
-    NOVA_CONF = PLUGIN_CONF
-    USES_PLUGIN = True
+    NOVA_CONF = HARNESS_CONF
+    SCHEDULER_FILES = service_conf.SERVICE_FILES[service_conf.SCHEDULER]
     # nova-scheduler services started, each with its own GPU view fed by
     # the same reports (as several scheduler hosts in production).
     SCHEDULERS = 1
@@ -601,14 +599,74 @@ class GpuCloudTestCase(test_vgpu.VGPUTestBase):
     # concurrent builds (Nova's race, not the scheduling a test checks).
     MAX_CONCURRENT_BUILDS = None
 
-    def _setup_scheduler_service(self):
-        # Runs before any service starts: the place for nova.conf.
+    # -- nova.conf, service by service --------------------------------------
+
+    def _service_values(self):
+        """{service: {(group, option): value}} of this cloud's files."""
+        if getattr(self, '_by_service', None) is not None:
+            return self._by_service
+        paths = sorted({_path_file_key(spec) for spec in self.HOSTS})
+        pci = any(spec.path in (VFIO, PASSTHROUGH) for spec in self.HOSTS)
+        mdev, specs = _host_addresses(self.HOSTS)
+        by_service = {}
+        for service in service_conf.SERVICES:
+            values = service_conf.merge(service_conf.service_files(
+                service, self.SCHEDULER_FILES, pci=pci, paths=paths))
+            if service == service_conf.COMPUTE:
+                values = service_conf.host_values(values, mdev, specs)
+            by_service[service] = values
+        self._by_service = by_service
+        return by_service
+
+    def use_service_conf(self, service):
+        """The process's CONF as ``service`` (or, None, all) reads it."""
+        by_service = self._service_values()
+        values = dict(service_conf.union(by_service) if service is None
+                      else by_service[service])
+        values.update(self._overlay())
+        self._conf_applied = service_conf.apply(
+            self, values, getattr(self, '_conf_applied', set()))
+
+    def _overlay(self):
+        """{(group, option): value} the test sets on every service."""
+        overlay = {(group, option): value
+                   for group, options in self.NOVA_CONF.items()
+                   for option, value in options.items()}
+        overlay.update(getattr(self, '_test_conf', {}))
+        return overlay
+
+    def flags_for_every_service(self, group, **options):
+        """Set options on every service from now on, over their files.
+
+        ``flags`` would last only until the next service starts with its
+        own files.
+        """
+        self._test_conf = dict(getattr(self, '_test_conf', {}))
+        self._test_conf.update(((group, k), v) for k, v in options.items())
+        self.flags(group=group, **options)
+
+    def _setup_conductor_service(self):
+        # Runs before any service starts: process-wide settings first.
         self.flags(api_paste_config=os.path.join(
             sys.prefix, 'etc', 'nova', 'api-paste.ini'), group='wsgi')
         if self.MAX_CONCURRENT_BUILDS is not None:
             self.flags(max_concurrent_builds=self.MAX_CONCURRENT_BUILDS)
-        for group, values in self.NOVA_CONF.items():
-            self.flags(group=group, **values)
+        service_conf.union(self._service_values())  # runnable in one process
+        self.use_service_conf(service_conf.CONDUCTOR)
+        return super()._setup_conductor_service()
+
+    def _setup_compute_service(self):
+        # Nova's _setup_services starts the API right after this (its
+        # computes start in setUp): nova-api's files, and its start-time
+        # check (nova/api/openstack/wsgi_app.py, _setup_service).
+        result = super()._setup_compute_service()
+        from nova.pci import request
+        self.use_service_conf(service_conf.API)
+        request.get_alias_from_config()
+        return result
+
+    def _setup_scheduler_service(self):
+        self.use_service_conf(service_conf.SCHEDULER)
         self._generations = itertools.count(1)
         first = self.start_service('scheduler')
         self.schedulers = [first]
@@ -633,6 +691,13 @@ class GpuCloudTestCase(test_vgpu.VGPUTestBase):
     def setUp(self):
         super().setUp()
         _patient_cell_switching(self)
+        # Nova's fake libvirt lists mdevs as a live view of its dict; in
+        # native threading a build creating an mdev while another claim
+        # lists them fails the listing ("dictionary changed size during
+        # iteration"). libvirt's listDevices returns a list.
+        self.useFixture(fixtures.MonkeyPatch(
+            'nova.tests.fixtures.libvirt.HostMdevDevicesInfo.get_all_devices',
+            lambda info: list(info.devices)))
         # Nova's PCI code reads the host's sysfs for these (network PFs):
         # hardware this machine does not have, as in Nova's own PCI tests.
         self.useFixture(fixtures.MockPatch(
@@ -652,58 +717,22 @@ class GpuCloudTestCase(test_vgpu.VGPUTestBase):
         for i, spec in enumerate(self.HOSTS):
             self._gpus[spec.name], self._pci_infos[spec.name] = (
                 _host_devices(spec, i))
-        self._compute_conf()
         for spec in self.HOSTS:
             self.add_gpu_host(spec)
         self.sync_gpu_reports()
 
-    def _compute_conf(self):
-        """nova.conf of the GPU hosts, as generations.rst tells operators.
-
-        mdev paths: ``[devices] enabled_mdev_types`` and, per type,
-        ``[mdev_<type>] device_addresses`` (PFs, or the VFs of SR-IOV
-        GPUs). PCI paths: ``[pci] device_spec`` (the vendor-VFIO VFs, or
-        the passthrough PFs, with the generic resource class of their
-        path), ``[pci] report_in_placement``, ``[pci] alias`` and
-        ``[filter_scheduler] pci_in_placement``. One process runs every
-        compute, so the options hold every host's addresses, as each
-        host's own nova.conf would hold its own.
-        """
-        names = self.path_names
-        by_type = collections.defaultdict(list)
-        device_spec = []
-        for gpus in self._gpus.values():
-            for state in gpus:
-                path = state.spec.path
-                if path == PF_MDEV:
-                    by_type[mdev_type_id(state.spec.vgpu_type)].append(
-                        state.address)
-                elif path == VF_MDEV:
-                    by_type[mdev_type_id(state.spec.vgpu_type)].extend(
-                        state.vfs)
-                elif path == VFIO:
-                    device_spec.extend({'address': vf, 'resource_class':
-                                        names.vfio_rc} for vf in state.vfs)
-                else:
-                    device_spec.append({'address': state.address,
-                                        'resource_class': names.whole_rc})
-        self.flags(enabled_mdev_types=sorted(by_type), group='devices')
-        import nova.conf
-        nova.conf.devices.register_dynamic_opts(CONF)
-        for type_id, addresses in by_type.items():
-            self.flags(device_addresses=addresses, group='mdev_' + type_id)
-        self.flags(group='pci', report_in_placement=True,
-                   device_spec=[jsonutils.dumps(d) for d in device_spec],
-                   alias=[jsonutils.dumps(a) for a in pci_aliases(names)])
-        self.flags(group='filter_scheduler', pci_in_placement=True)
-
     def add_gpu_host(self, spec):
         """Start nova-compute on the GPU host ``spec`` (one of HOSTS)."""
         self._host_specs[spec.name] = spec
+        # nova-compute's files (every host's addresses: one process runs
+        # every compute, as each host's own nova.conf would hold its own).
+        self.use_service_conf(service_conf.COMPUTE)
         self.start_compute(
             hostname=spec.name, pci_info=self._pci_infos[spec.name],
             libvirt_version=self.FAKE_LIBVIRT_VERSION,
             qemu_version=self.FAKE_QEMU_VERSION)
+        # Every service runs: the union of their files.
+        self.use_service_conf(None)
         compute = self.computes[spec.name]
         conn = compute.driver._host.get_connection()
         for state in self._gpus[spec.name]:
@@ -1029,7 +1058,7 @@ class GpuCloudTestCase(test_vgpu.VGPUTestBase):
         return tuple(decision.ranked.gpus)
 
 
-def start_cloud(hosts, nova_conf=None, agents=False):
+def start_cloud(hosts, nova_conf=None, agents=False, scheduler_files=None):
     """Start the cloud outside a test runner; call ``.doCleanups()`` to stop.
 
     Returns the running GpuCloudTestCase: use ``create_gpu_flavor``,
@@ -1037,10 +1066,13 @@ def start_cloud(hosts, nova_conf=None, agents=False):
     ``agents``: a real nova-gpu-agent process per GPU host reports over
     RabbitMQ (``testing.agent_process.AgentReportsMixin``; MIG hosts are
     still reported by the harness) instead of ``sync_gpu_reports``.
+    ``scheduler_files``: nova-scheduler's files (``()``: stock Nova).
     """
     attrs = {'HOSTS': tuple(hosts), 'runTest': lambda self: None}
     if nova_conf is not None:
         attrs['NOVA_CONF'] = nova_conf
+    if scheduler_files is not None:
+        attrs['SCHEDULER_FILES'] = tuple(scheduler_files)
     bases = (GpuCloudTestCase,)
     if agents:
         from nova_gpu.testing import agent_process

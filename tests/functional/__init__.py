@@ -9,9 +9,11 @@ worker, so stestr reports the test that hung, with the stacks that show
 why.
 
 The watchdog is an OS thread and sleeps with the original ``time.sleep``:
-eventlet's monkey patching (Nova's tests apply it) cannot turn it into a
-green thread that a blocked hub would starve. ``faulthandler``'s C
-watchdog backs it up should the interpreter itself be stuck.
+where the suite runs under eventlet (``OS_NOVA_DISABLE_EVENTLET_PATCHING``
+false; Nova 34's default is native threading), monkey patching cannot
+turn it into a green thread that a blocked hub would starve.
+``faulthandler``'s C watchdog backs it up should the interpreter itself
+be stuck.
 """
 
 import faulthandler
@@ -20,17 +22,22 @@ import os
 import sys
 import traceback
 
-from eventlet import patcher
 import testtools
 
-from nova_gpu import testing  # noqa: F401 (patches the process first)
+from nova_gpu import testing  # noqa: F401 (chooses the mode first)
+from nova_gpu.testing import green
 
 # Longer than any test's own timeout (OS_TEST_TIMEOUT, test_serve's 600 s)
 # so that those fail first, with their own message, where they can.
 WATCHDOG_S = int(os.environ.get('NOVA_GPU_TEST_WATCHDOG', '900'))
 
-_real_time = patcher.original('time')
-_real_thread = patcher.original('_thread')
+if green.is_green():
+    from eventlet import patcher
+    _real_time = patcher.original('time')
+    _real_thread = patcher.original('_thread')
+else:  # native threading: nothing is patched (and eventlet is poisoned)
+    import _thread as _real_thread
+    import time as _real_time
 _deadline = [None, '']  # monotonic deadline, what it bounds
 
 

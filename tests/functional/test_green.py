@@ -1,4 +1,8 @@
-"""The functional tests run in a process eventlet patched in time.
+"""Under eventlet, the functional tests run in a process patched in time.
+
+Eventlet mode only (``OS_NOVA_DISABLE_EVENTLET_PATCHING=false``, the
+``functional`` environment's eventlet subset); Nova 34's default, native
+threading, has no green threads and forbids importing eventlet.
 
 Were oslo.db imported before eventlet patched the process, the green
 threads of a test would share database transactions through a
@@ -9,10 +13,6 @@ import copy
 import sys
 import threading
 
-import eventlet
-from eventlet import corolocal
-from eventlet import event
-from eventlet import patcher
 import fixtures
 from oslo_context import context as oslo_context
 from oslo_db.sqlalchemy import enginefacade
@@ -20,6 +20,12 @@ import sqlalchemy
 import testtools
 
 from nova_gpu.testing import green
+
+if green.is_green():
+    import eventlet
+    from eventlet import corolocal
+    from eventlet import event
+    from eventlet import patcher
 
 
 @enginefacade.transaction_context_provider
@@ -55,6 +61,7 @@ def _facade():
     return facade
 
 
+@testtools.skipUnless(green.is_green(), 'eventlet mode only')
 class GreenTransactionsTest(testtools.TestCase):
 
     def test_green_threads_of_one_context_have_their_own_transactions(self):
@@ -91,7 +98,7 @@ class GreenTransactionsTest(testtools.TestCase):
         self.assertNotIn('oslo_context.context', sys.modules)
 
     def test_the_twin_is_not_shared_between_threads(self):
-        local = green._GreenTransactionContextTLocal()
+        local = green._green_transaction_local()()
         local.value = 'main'
         seen = []
         thread = threading.Thread(

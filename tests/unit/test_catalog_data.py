@@ -15,6 +15,7 @@ from nova_gpu.core import catalog
 REQUIRED_MODELS = (
     'A100-40GB', 'A100-80GB', 'H100-80GB', 'H200-141GB', 'L40S', 'L4',
     'A10', 'T4', 'V100-32GB', 'V100-16GB', 'P100-16GB', 'A30',
+    'H100-94GB',
 )
 SRIOV_ARCHITECTURES = ('ampere', 'ada', 'hopper')
 MDEV_ARCHITECTURES = ('turing', 'volta', 'pascal')
@@ -50,7 +51,8 @@ class TestModelsPresent(ShippedCatalogTestCase):
         expected = {
             'A100-40GB': 40960, 'A100-80GB': 81920, 'A30': 24576,
             'A10': 24576, 'L40S': 49152, 'L4': 24576, 'H100-80GB': 81920,
-            'H200-141GB': 144384, 'T4': 16384, 'V100-32GB': 32768,
+            'H200-141GB': 144384, 'H100-94GB': 96256, 'T4': 16384,
+            'V100-32GB': 32768,
             'V100-16GB': 16384, 'P100-16GB': 16384,
         }
         actual = {name: self.model(name).framebuffer_mib
@@ -94,6 +96,7 @@ class TestIdentification(ShippedCatalogTestCase):
             '20b2': 'A100-80GB', '20b5': 'A100-80GB',
             '0x2330': 'H100-80GB', '2331': 'H100-80GB',
             '2335': 'H200-141GB', '233B': 'H200-141GB',
+            '2321': 'H100-94GB',
             '26b9': 'L40S', '27b8': 'L4', '2236': 'A10', '20b7': 'A30',
             '1eb8': 'T4', '1db5': 'V100-32GB', '1db6': 'V100-32GB',
             '1db1': 'V100-16GB', '1db4': 'V100-16GB', '15f8': 'P100-16GB',
@@ -113,6 +116,7 @@ class TestIdentification(ShippedCatalogTestCase):
             'NVIDIA H100 PCIe': 'H100-80GB',
             'NVIDIA H200': 'H200-141GB',
             'NVIDIA H200 NVL': 'H200-141GB',
+            'NVIDIA H100 NVL': 'H100-94GB',
             'NVIDIA L40S': 'L40S', 'NVIDIA L4': 'L4', 'NVIDIA A10': 'A10',
             'Tesla T4': 'T4',
             'Tesla V100-SXM2-32GB': 'V100-32GB',
@@ -177,6 +181,24 @@ class TestMigPlacements(ShippedCatalogTestCase):
             {'1g.18gb', '1g.18gb+me', '1g.35gb', '2g.35gb', '3g.71gb',
              '4g.71gb', '7g.141gb'},
             set(self.model('H200-141GB').mig.profiles))
+
+    def test_h100_nvl_profiles(self):
+        # NVAIE 6 Table 91 (H100 PCIe 94GB): counts; the 8-slice Hopper
+        # placements (mig-lgipp-observed lists an H100 NVL).
+        expected = {
+            '1g.12gb': ((0, 1, 2, 3, 4, 5, 6), 1, 7),
+            '1g.12gb+me': ((0, 1, 2, 3, 4, 5, 6), 1, 1),
+            '1g.24gb': ((0, 2, 4, 6), 2, 4),
+            '2g.24gb': ((0, 2, 4), 2, 3),
+            '3g.47gb': ((0, 4), 4, 2),
+            '4g.47gb': ((0,), 4, 1),
+            '7g.94gb': ((0,), 8, 1),
+        }
+        mig = self.model('H100-94GB').mig
+        self.assertEqual((8, 7), (mig.memory_slices, mig.compute_slices))
+        actual = {name: (p.starts, p.memory_slices, p.max_instances)
+                  for name, p in mig.profiles.items()}
+        self.assertEqual(expected, actual)
 
     def test_a30_placements(self):
         mig = self.model('A30').mig
@@ -249,6 +271,8 @@ class TestVgpuProfiles(ShippedCatalogTestCase):
             'H100XM-1-20C': ('H100-80GB', '1g.20gb'),
             'H200-1-18C': ('H200-141GB', '1g.18gb'),
             'H200X-7-141C': ('H200-141GB', '7g.141gb'),
+            'H100L-1-24C': ('H100-94GB', '1g.24gb'),
+            'H100L-7-94C': ('H100-94GB', '7g.94gb'),
             'A30-2-12C': ('A30', '2g.12gb'),
         }
         for vgpu, (model_name, mig_name) in cases.items():
@@ -262,6 +286,8 @@ class TestVgpuProfiles(ShippedCatalogTestCase):
             'A100D-16C': (16384, 5), 'A100DX-4C': (4096, 20),
             'H100-5C': (5120, 16), 'H100XM-80C': (81920, 1),
             'H200-4C': (4096, 32), 'H200X-141C': (144384, 1),
+            'H100L-4C': (4096, 23), 'H100L-23C': (23552, 4),
+            'H100L-47C': (48128, 2), 'H100L-94C': (96246, 1),
             'L40S-4C': (4096, 12), 'L40S-16C': (16384, 3),
             'L4-8C': (8192, 3), 'A10-6C': (6144, 4), 'A30-8C': (8192, 3),
             'T4-16C': (16384, 1), 'V100DX-4C': (4096, 8),
@@ -274,6 +300,20 @@ class TestVgpuProfiles(ShippedCatalogTestCase):
             self.assertEqual(
                 expected, (profile.framebuffer_mib, profile.max_instances),
                 vgpu)
+
+    def test_sizes_are_nvidia_s_not_the_name_s(self):
+        # NVAIE 6 Tables 91/92: the H100 NVL's frame buffers are explicit
+        # MB, not the GB of the name * 1024 (which would be 24576 and
+        # 96256 for the 24gb and 94gb profiles).
+        mig = self.model('H100-94GB').mig.profiles
+        sizes = {name: p.framebuffer_mib for name, p in mig.items()}
+        self.assertEqual({'1g.12gb': 12288, '1g.12gb+me': 12288,
+                          '1g.24gb': 24672, '2g.24gb': 24672,
+                          '3g.47gb': 48128, '4g.47gb': 48128,
+                          '7g.94gb': 96246}, sizes)
+        for name in ('H100L-1-24C', 'H100L-2-24C'):
+            _model, profile = self.catalog.vgpu_profile(name)
+            self.assertEqual(24672, profile.framebuffer_mib, name)
 
     def test_no_time_sliced_overcommit(self):
         for model in self.catalog.models.values():
@@ -296,6 +336,7 @@ class TestVgpuProfiles(ShippedCatalogTestCase):
             'A100-80GB': ('A100D-', 'A100DX-'),
             'H100-80GB': ('H100-', 'H100XM-'),
             'H200-141GB': ('H200-', 'H200X-'),
+            'H100-94GB': ('H100L-',),
             'L40S': ('L40S-',), 'L4': ('L4-',), 'A10': ('A10-',),
             'A30': ('A30-',), 'T4': ('T4-',),
             'V100-32GB': ('V100D-', 'V100DX-', 'V100S-'),

@@ -15,7 +15,6 @@ Warnings about retried libvirt calls show only with ``--verbose``.
 import argparse
 from importlib import metadata
 import logging as std_logging
-import re
 import sys
 import traceback
 
@@ -25,29 +24,17 @@ from oslo_config import cfg
 
 from nova_gpu.agent import service
 from nova_gpu.core import exceptions
+from nova_gpu import daemon
 
 NAME = 'nova-gpu'
 NAMESPACE = 'nova_gpu.cli'
 # What a command can fail with that the user can act on: one line each.
-# (cfg.Error: a missing or bad config file or value; OSError: sysfs,
-# privsep, files.)
+# (cfg.Error: a missing or bad config file or value, daemon.ConfigError
+# among them; OSError: sysfs, privsep, files; GpuError: the agent's errors
+# and the catalog's, and base.UnknownColumn.)
 EXPECTED_ERRORS = (exceptions.GpuError, cfg.Error, OSError)
 # Retries of libvirt calls are routine; the final error names the cause.
 RETRY_LOGGERS = ('nova_gpu.agent.libvirt_host',)
-
-
-def describe_error(e):
-    """One line saying what went wrong, for any of ``EXPECTED_ERRORS``."""
-    if isinstance(e, OSError) and e.strerror:
-        text = e.strerror
-        if e.filename:
-            text += ': %s' % e.filename
-        return text
-    text = str(e)
-    # oslo.config names where a bad value came from as a LocationInfo repr
-    text = re.sub(r"LocationInfo\(location=.*?, detail='([^']*)'\)",
-                  r'\1', text)
-    return ' '.join(text.split()) or type(e).__name__
 
 
 def _version():
@@ -116,9 +103,8 @@ class NovaGpuApp(app.App):
             overrides['debug'] = True
         if opts.log_file:  # cliff's option, written by oslo.log
             overrides['log_file'] = opts.log_file
-        conf = service.prepare(
-            [], NAME, stderr=True, config_files=opts.config_file or None,
-            overrides=overrides)
+        conf = service.configure(NAME, config_files=opts.config_file or None,
+                                 overrides=overrides)
         if not opts.debug:
             std_logging.getLogger().setLevel(
                 std_logging.INFO if self.verbose else std_logging.WARNING)
@@ -163,8 +149,8 @@ class NovaGpuApp(app.App):
             traceback.print_exception(e, file=self.stderr)
         for handler in std_logging.getLogger().handlers:
             handler.flush()  # log lines first: the error is the last line
-        text = describe_error(e) if expected else '%s: %s' % (
-            type(e).__name__, e)
+        text = daemon.describe_error(e) if expected else '%s: %s' % (
+            type(e).__name__, daemon.printable(e))
         self.stderr.write('%s: error: %s\n' % (NAME, text))
         self.stderr.flush()
         return 1

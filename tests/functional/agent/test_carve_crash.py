@@ -210,7 +210,8 @@ class TestCarveKilledAtEveryStep(testtools.TestCase):
             carver_mod.Carver(carver.manager, carver.store,
                               mig_modes=carver_mod.MigModeStore(
                                   self.args[2])),
-            CATALOG, sriov=sriov.SriovStore(self.args[2], boot_id='b2'))
+            CATALOG, sriov=sriov.SriovStore(self.args[2], boot_id='b2'),
+            enable_vfs=True)  # nova-gpu-restore, before nova-compute
 
     def test_boot_restore_with_mig_mode_and_vfs_killed_at_every_step(self):
         """Steps: the MIG mode switch, the VF enable, then the six NVML

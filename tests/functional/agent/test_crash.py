@@ -26,6 +26,7 @@ from nova_gpu.agent import sysfs
 from nova_gpu.bench import reliability_agent as rel
 from nova_gpu.core import catalog
 from nova_gpu.core import layout as layout_mod
+from nova_gpu.testing import green
 from tests.functional.agent import fakehost
 
 A100 = catalog.load_catalog().model('A100-40GB')
@@ -260,10 +261,12 @@ class TestSigkill(testtools.TestCase):
                                      found['touched']))
 
 
+@testtools.skipUnless(green.is_green(), 'eventlet mode only')
 class TestForkedWorkerLogging(testtools.TestCase):
     """A worker SIGKILLed while it logs leaves the parent able to log.
 
-    oslo.log's eventlet-aware handler lock passes its token through a
+    oslo.log's eventlet-aware handler lock (eventlet mode only: in native
+    threading oslo.log keeps the standard lock) passes its token through a
     pipe, which a fork shares: a worker killed holding it hung the test
     process in CI. The forked worker takes locks of its own.
     """

@@ -1,10 +1,14 @@
 """nova-compute's own code keeps the agent's topology traits.
 
-nova-compute resets the traits of the physical GPU providers at every
-periodic update (its virt driver's ``update_provider_tree``), then merges
-the provider config files it read at start
-(``ResourceTracker._merge_provider_configs``). This drives those real Nova
-functions over the file the agent writes.
+At every periodic update nova-compute updates the GPU providers (the
+libvirt driver's ``update_provider_tree`` only adds ``OWNER_NOVA`` to
+mdev providers; PCI-in-Placement providers get their ``device_spec``
+traits, replacing others after ``[compute]
+resource_provider_association_refresh``), then merges the provider config
+files it read at start (``ResourceTracker._merge_provider_configs``). The
+simulation below replaces the traits each time, the harsher of the two
+(``test_nova_traits`` runs Nova's own code for both); this drives those
+real Nova functions over the file the agent writes.
 """
 
 import os

@@ -41,7 +41,8 @@ class ServeTest(testtools.TestCase):
         self.log_path = os.path.join(tmp, 'serve.log')
         # Nothing of the caller's own cloud may leak in.
         env = {k: v for k, v in os.environ.items()
-               if not k.startswith('OS_') or k.startswith('OS_TEST')}
+               if not k.startswith('OS_') or k.startswith('OS_TEST')
+               or k == 'OS_NOVA_DISABLE_EVENTLET_PATCHING'}
         self.server_env = env
         self.client_env = dict(env, OS_CLIENT_CONFIG_FILE=self.clouds_yaml,
                                OS_CLOUD='nova-gpu-demo')

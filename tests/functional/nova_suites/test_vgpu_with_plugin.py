@@ -29,12 +29,15 @@ class PluginEnabled:
         # harness finds it).
         self.flags(api_paste_config=os.path.join(
             sys.prefix, 'etc', 'nova', 'api-paste.ini'), group='wsgi')
-        plugin = cloud.PLUGIN_CONF['filter_scheduler']
+        # The plugin's classes as nova-scheduler.conf names them, added to
+        # the filters Nova's own test enables.
         self.flags(group='filter_scheduler',
-                   available_filters=plugin['available_filters'],
+                   available_filters=cloud.scheduler_value(
+                       'filter_scheduler', 'available_filters'),
                    enabled_filters=list(
                        CONF.filter_scheduler.enabled_filters) + ['GpuFilter'],
-                   weight_classes=plugin['weight_classes'])
+                   weight_classes=cloud.scheduler_value(
+                       'filter_scheduler', 'weight_classes'))
         return super()._setup_scheduler_service()
 
     def test_plugin_enabled(self):

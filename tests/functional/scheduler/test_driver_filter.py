@@ -1,6 +1,5 @@
 """GpuDriverFilter: the image's guest driver branch against each host."""
 
-import copy
 
 import fixtures
 from nova import objects
@@ -12,6 +11,7 @@ from nova_gpu.core import drivers
 from nova_gpu.core import report as report_mod
 from nova_gpu.scheduler import driver_filter
 from nova_gpu.testing import cloud
+from nova_gpu.testing import service_conf
 from tests.unit.scheduler import base
 
 objects.register_all()
@@ -105,11 +105,6 @@ class TestGpuDriverFilter(base.TestCase):
 
 # -- in a real Nova ----------------------------------------------------------
 
-DRIVER_CONF = copy.deepcopy(cloud.PLUGIN_CONF)
-DRIVER_CONF['filter_scheduler']['available_filters'].append(
-    'nova_gpu.scheduler.driver_filter.GpuDriverFilter')
-DRIVER_CONF['filter_scheduler']['enabled_filters'].append('GpuDriverFilter')
-
 # Two T4 hosts: one runs the R535 vGPU manager, one R550.
 DRIVERS = {'t4-old': '535.183.04', 't4-new': '550.54.14'}
 
@@ -117,7 +112,7 @@ DRIVERS = {'t4-old': '535.183.04', 't4-new': '550.54.14'}
 class DriverAwarePlacementTest(cloud.GpuCloudTestCase):
     HOSTS = tuple(cloud.GpuHost(name, 'T4', 'T4-16C', gpus=1)
                   for name in sorted(DRIVERS))
-    NOVA_CONF = DRIVER_CONF
+    SCHEDULER_FILES = service_conf.DRIVER_FILTER_FILES
 
     def setUp(self):
         super().setUp()
@@ -156,7 +151,7 @@ class DriverAwarePlacementTest(cloud.GpuCloudTestCase):
         self.assertEqual('t4-new', self.host_of(first))
         self.assertIn('host t4-old (t4-old) refused: guest driver branch '
                       'R550 is not supported by the vGPU manager '
-                      '535.183.04 (supports R525, R535)', log.output)
+                      '535.183.04 (supports R470, R525, R535)', log.output)
         # The one T4 that runs R550 is full: no valid host, although
         # t4-old has a free GPU.
         self.boot_image('R550', expected_state='ERROR')

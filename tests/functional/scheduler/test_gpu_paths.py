@@ -108,6 +108,21 @@ class PluginPathsTest(_Base):
         self.assertNotEqual(slices[0][1], slices[1][1])
         self.assertEqual({'2g.10gb'}, {m[0] for _g, m in slices})
 
+    def test_bare_mig_ask_gets_its_size_or_no_host(self):
+        # The a100-mig GPUs are set up for A100-2-10C and Nova hands a
+        # guest the type its VF carries: a bare ask of another size has no
+        # host (issue 25), the size that type backs boots there.
+        for specs in ({'gpu:mig': '3g.20gb'},
+                      {'gpu:memory': '12GB', 'gpu:kind': 'mig'}):
+            self.boot(self.create_gpu_flavor(specs), expected_state='ERROR')
+        server = self.boot(self.create_gpu_flavor({'gpu:mig': '2g.10gb'}))
+        self.assertEqual('a100-mig', self.host_of(server))
+        devices = self.guest_devices(server)
+        self.assert_on_ranked_gpu(server, devices)
+        (dev,) = devices
+        self.assertEqual('MIG-backed VF', dev.path)
+        self.assertEqual('2g.10gb', dev.mig[0])
+
     def test_vendor_vfio_vf(self):
         (first, d1), (second, d2) = self.two_servers(
             {'gpu:profile': 'H100-20C', 'gpu:backend': 'vfio'})
@@ -153,6 +168,7 @@ class StockPathsTest(_Base):
     """The same hosts and requests without the plugin."""
 
     NOVA_CONF = cloud.STOCK_CONF
+    SCHEDULER_FILES = ()
 
     def test_every_path_boots(self):
         # Real Nova serves every path's flavor (the plugin only orders
@@ -271,6 +287,7 @@ class StockTopologyTest(_TopologyBase):
     """
 
     NOVA_CONF = cloud.STOCK_CONF
+    SCHEDULER_FILES = ()
 
     def test_first_candidates_taken_unranked(self):
         found = {host: self.placed(host, boots)

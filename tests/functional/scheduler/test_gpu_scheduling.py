@@ -3,8 +3,9 @@
 Three fake GPU hosts of different models (A100, H100, L4), each shown as
 Nova 34 shows an SR-IOV GPU with vGPU 16 (one VGPU provider per VF, see
 nova_gpu.testing.cloud); servers are booted through the Nova API with the
-plugin configured as an operator would (nova_gpu.testing.cloud.
-PLUGIN_CONF), and, for comparison, with Nova's stock filters and weighers.
+plugin configured as an operator would (etc/nova, service by service:
+nova_gpu.testing.service_conf), and, for comparison, with Nova's stock
+filters and weighers.
 Every path (PF mdev, VF mdev, MIG-backed VF, vendor VFIO, passthrough) has
 its own tests in test_gpu_paths.
 """
@@ -226,6 +227,7 @@ class StockPlacementTest(_Base):
     """The same cloud and scenario without the plugin."""
 
     NOVA_CONF = cloud.STOCK_CONF
+    SCHEDULER_FILES = ()
 
     def test_stock_vgpu_flavor_spreads_elsewhere(self):
         used, server = self.pack_scenario()
@@ -240,7 +242,7 @@ class DedicatedCpuTest(cloud.GpuCloudTestCase):
 
     HOSTS = (HOSTS[1],)  # h100: GPUs 0,2 on node 0; 1,3 on node 1
     # Fake hosts have 8 CPUs, 0-3 on node 0 and 4-7 on node 1.
-    NOVA_CONF = dict(cloud.PLUGIN_CONF, compute={
+    NOVA_CONF = dict(cloud.HARNESS_CONF, compute={
         'cpu_dedicated_set': '0-1,4-5', 'cpu_shared_set': '2-3,6-7'})
 
     def fill_node0_cpus(self):

@@ -19,7 +19,7 @@ from oslo_utils.fixture import uuidsentinel as uuids
 
 from nova_gpu.scheduler import filters
 from nova_gpu.scheduler import weighers
-from nova_gpu.testing import cloud
+from nova_gpu.testing import service_conf
 from tests.functional.scheduler import test_filter_handlers as handlers
 from tests.functional.scheduler import test_gpu_paths
 from tests.functional.scheduler import test_gpu_scheduling
@@ -365,7 +365,7 @@ class GpuWeigherTest(handlers.FilterCase):
 class _RealNova:
     """Real boots through Nova's own claim loop, in this mode."""
 
-    NOVA_CONF = cloud.SELECTED_HOST_CONF
+    SCHEDULER_FILES = service_conf.LARGE_CLOUD_FILES
 
     def setUp(self):
         super().setUp()

@@ -79,8 +79,8 @@ class TestErrors(CliCase):
 
     def test_missing_config_file(self):
         proc = self.run_cli('list', conf='/nonexistent/nova-gpu.conf', rc=1)
-        self.assertOneLineError(proc, 'Failed to find some config files',
-                                '/nonexistent/nova-gpu.conf')
+        self.assertOneLineError(proc, 'configuration file '
+                                '/nonexistent/nova-gpu.conf does not exist')
 
     def test_bad_config_value_names_option_and_file(self):
         conf = self.write('bad.conf', '[gpu_agent]\nlibvirt_retries = abc\n')
@@ -100,8 +100,9 @@ class TestErrors(CliCase):
                             conf='/nonexistent/nova-gpu.conf', rc=1)
         self.assertIn('Traceback', proc.stderr)
         lines = proc.stderr.strip().splitlines()
-        self.assertTrue(lines[-1].startswith('nova-gpu: error: Failed to '
-                                             'find some config files'))
+        self.assertTrue(lines[-1].startswith('nova-gpu: error: '
+                                             'configuration file '
+                                             '/nonexistent/nova-gpu.conf'))
 
     def test_sysfs_root_that_does_not_exist(self):
         proc = self.run_cli('list', root='/nonexistent', rc=1)
@@ -225,6 +226,18 @@ class TestCliff(CliCase):
                       proc.stderr)
         proc = self.run_cli('destroy', rc=2)
         self.assertIn("'destroy' is not a nova-gpu command", proc.stdout)
+
+    def test_unknown_column_is_one_line(self):
+        proc = self.run_cli('list', '-c', 'NOPE', rc=1)
+        self.assertOneLineError(proc, 'unknown column NOPE (the columns: '
+                                'IDX, ADDRESS, MODEL')
+        self.assertEqual('', proc.stdout)
+        # One unknown among known ones is refused too, not dropped: the
+        # fields of -f value would shift silently.
+        proc = self.run_cli('profiles', '-f', 'value', '-c', 'TYPE', '-c',
+                            'FRE', rc=1)
+        self.assertOneLineError(proc, 'unknown column FRE')
+        self.assertEqual('', proc.stdout)
 
     def test_short_debug_option(self):
         proc = self.run_cli('-d', 'remove', 'vgpu', '0000:86:00.7', rc=1)

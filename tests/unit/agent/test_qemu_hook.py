@@ -2,6 +2,7 @@
 
 import io
 import os
+import time
 import types
 
 import fixtures
@@ -182,6 +183,85 @@ class QemuHookTest(_VfCase):
         rc, err = self.run_hook(xml)
         self.assertEqual(0, rc, err)
         self.assertEqual([1062, 0, 0], [self.current(v) for v in self.vfs])
+
+    def calls_to(self, name):
+        """The addresses privsep's ``name`` is called for, from now on."""
+        calls = []
+        real = getattr(privsep, name)
+
+        def counted(root, address, *args):
+            calls.append(address)
+            return real(root, address, *args)
+        self.useFixture(fixtures.MockPatchObject(privsep, name, counted))
+        return calls
+
+    def test_a_vf_listed_5000_times_is_one_action(self):
+        # libvirt waits on the hook: each address is handled once.
+        xml = domain_xml([self.vfs[0]] * 5000)
+        sets = self.calls_to('set_vgpu_type_if_free')
+        clears = self.calls_to('clear_vgpu_type')
+        for phase, calls, said in ((('prepare', 'begin'), sets,
+                                    'set to vGPU type 1061'),
+                                   (('release', 'end'), clears,
+                                    'vGPU type cleared')):
+            start = time.monotonic()
+            rc, err = self.run_hook(xml, *phase)
+            elapsed = time.monotonic() - start
+            self.assertEqual(0, rc, err)
+            self.assertLess(elapsed, 1.0, phase)
+            self.assertEqual([self.vfs[0]], calls, phase)
+            self.assertEqual(['nova-gpu-qemu-hook: domain instance-1: VF %s '
+                              '%s' % (self.vfs[0], said)], err.splitlines())
+        self.assertEqual([0, 0, 0], [self.current(v) for v in self.vfs])
+
+    def test_more_hostdevs_than_a_guest_can_have(self):
+        others = ['0000:%02x:%02x.0' % (1 + i // 32, i % 32)
+                  for i in range(qemu_hook.MAX_HOSTDEVS)]
+        xml = domain_xml(self.vfs[:1] + others)
+        rc, err = self.run_hook(xml)
+        self.assertEqual(1, rc)
+        self.assertIn('the domain has more than %d PCI hostdevs'
+                      % qemu_hook.MAX_HOSTDEVS, err)
+        self.assertEqual([0, 0, 0], [self.current(v) for v in self.vfs])
+        # A release refuses nothing: the guest is gone, its VFs are freed.
+        self.fs.set_vgpu_type(self.vfs[0], 1061)
+        rc, err = self.run_hook(xml, 'release', 'end')
+        self.assertEqual(0, rc, err)
+        self.assertEqual([0, 0, 0], [self.current(v) for v in self.vfs])
+
+    def test_release_skips_what_is_not_a_pci_address(self):
+        self.assertEqual(0, self.run_hook(domain_xml(self.vfs[:1]))[0])
+        rc, err = self.run_hook(domain_xml(['zzzz:00:00.0'] + self.vfs[:1]),
+                                'release', 'end')
+        self.assertEqual(0, rc, err)
+        self.assertEqual([0, 0, 0], [self.current(v) for v in self.vfs])
+
+    def test_a_domain_name_is_logged_escaped(self):
+        # A newline would forge a line of libvirt's log, an escape
+        # sequence rewrite the operator's terminal.
+        name = ('instance-1\nnova-gpu-qemu-hook: domain x: VF 0000:86:00.7 '
+                'vGPU type cleared\x1b[2K')
+        err = io.StringIO()
+        rc = qemu_hook.main([name, 'prepare', 'begin', '-'],
+                            stdin=io.StringIO(domain_xml(self.vfs[:1])),
+                            stderr=err, sysfs_root=self.root)
+        self.assertEqual(0, rc, err.getvalue())
+        escaped = ('instance-1\\nnova-gpu-qemu-hook: domain x: VF '
+                   '0000:86:00.7 vGPU type cleared\\x1b[2K')
+        self.assertEqual(['nova-gpu-qemu-hook: domain %s: VF %s set to vGPU '
+                          'type 1061' % (escaped, self.vfs[0])],
+                         err.getvalue().splitlines())
+        # A refusal names the domain the same way.
+        err = io.StringIO()
+        rc = qemu_hook.main([name, 'prepare', 'begin', '-'],
+                            stdin=io.StringIO(domain_xml(self.vfs[:1],
+                                                         'H100XM-20C')),
+                            stderr=err, sysfs_root=self.root)
+        self.assertEqual(1, rc)
+        self.assertEqual(1, len(err.getvalue().splitlines()))
+        self.assertTrue(err.getvalue().startswith(
+            'nova-gpu-qemu-hook: domain %s: VF %s has vGPU type'
+            % (escaped, self.vfs[0])), err.getvalue())
 
     def memory_xml(self, addresses, memory):
         return domain_xml(addresses, profile=None, extra=(

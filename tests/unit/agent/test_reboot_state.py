@@ -125,6 +125,52 @@ class SriovTest(_VfHostCase):
         self.assertTrue(after.observe(self.sysfs))
         self.assertEqual({}, after.pfs())
 
+    def test_restore_names_the_vfs_it_enables_and_the_restart(self):
+        store = self.store()
+        store.set(PF, 4)
+        reboot_sysfs(self.fs, PF, self.vfs)
+        log = self.useFixture(fixtures.FakeLogger())
+        self.assertEqual(([PF], [], []),
+                         sriov.restore_vfs(self.manager, store))
+        self.assertIn('SR-IOV VFs enabled: %s (%s)' % (
+            PF, ', '.join(self.vfs)), log.output)
+        self.assertIn('if it is running, restart it', log.output)
+
+    def test_missing_vfs_are_named_never_enabled(self):
+        # The agent at its start: nova-compute may run, and takes the
+        # host's PCI devices only when it starts (Nova 34
+        # ResourceTracker._setup_pci_tracker): VFs enabled now would not
+        # be Nova's. Nothing is written; the PF is named, the record kept.
+        store = self.store()
+        store.set(PF, 4)
+        reboot_sysfs(self.fs, PF, self.vfs)
+        enable = self.useFixture(fixtures.MockPatch(
+            'nova_gpu.agent.privsep.enable_sriov_vfs')).mock
+        log = self.useFixture(fixtures.FakeLogger())
+        missing, dropped = sriov.missing_vfs(self.manager, self.store())
+        enable.assert_not_called()
+        self.assertEqual(0, numvfs(self.fs, PF))
+        self.assertEqual([], dropped)
+        (why,) = missing
+        self.assertTrue(why.startswith(PF + ': 4 VFs recorded, 0 enabled'),
+                        why)
+        self.assertIn('run nova-gpu-restore, then restart nova-compute', why)
+        self.assertIn('ResourceTracker._setup_pci_tracker', why)
+        self.assertIn('SR-IOV VFs missing on PF ' + why, log.output)
+        # The record is kept for nova-gpu-restore, the zeros not recorded.
+        self.assertFalse(self.store().observe(self.sysfs))
+        self.assertEqual({PF: 4}, self.store().pfs())
+        # Once the VFs are there (nova-gpu-restore ran) nothing is
+        # missing and the record follows the host again.
+        with open(self.fs.path(self.fs.dev_rel(PF), 'sriov_numvfs'),
+                  'w') as f:
+            f.write('4\n')
+        self.assertEqual(([], []), sriov.missing_vfs(self.manager,
+                                                     self.store()))
+        reboot_sysfs(self.fs, PF, self.vfs)
+        self.assertTrue(self.store().observe(self.sysfs))
+        self.assertEqual({}, self.store().pfs())
+
     def test_a_pf_that_failed_keeps_its_record_a_gone_one_is_dropped(self):
         store = self.store()
         store.set(PF, 4)
@@ -359,8 +405,9 @@ class RestoreAllTest(_VfHostCase):
         carver, store, types = self.agent_parts(
             lib, {self.vfs[1]: ['instance-2'],
                   self.a100_vfs[0]: ['instance-5']})
+        # as nova-gpu-restore does, before nova-compute starts
         result = restore.restore(carver, CATALOG, sriov=store,
-                                 vf_types=types)
+                                 vf_types=types, enable_vfs=True)
         self.assertEqual([], result.failed)
         self.assertEqual(['0000:07:00.0'], result.mig_modes)
         self.assertEqual([PF], result.vfs_enabled)
@@ -378,7 +425,7 @@ class RestoreAllTest(_VfHostCase):
         self.assertLess(ops.index('set_mig_mode'), ops.index('create_gi'))
         # Run again: nothing more to do.
         again = restore.restore(carver, CATALOG, sriov=store,
-                                vf_types=types)
+                                vf_types=types, enable_vfs=True)
         self.assertEqual(([], [], []), (again.mig_modes, again.vfs_enabled,
                                         again.vf_types))
 
@@ -530,8 +577,20 @@ class AgentCycleTest(testtools.TestCase):
         agent = self.agent()
         agent.cycle()             # before the restore: record kept
         self.assertEqual({PF: 3}, agent.sriov.pfs())
+        # The agent at its start (nova-compute may run) enables no VF: it
+        # names the PF and leaves the VFs to nova-gpu-restore.
         result = agent.restore_layouts()
+        self.assertEqual([], result.vfs_enabled)
+        (why,) = result.vfs_not_enabled
+        self.assertIn(PF + ': 3 VFs recorded, 0 enabled', why)
+        self.assertIn(why, result.failed)
+        self.assertEqual(0, numvfs(self.fs, PF))
+        agent.cycle()
+        self.assertEqual({PF: 3}, agent.sriov.pfs())
+        # nova-gpu-restore (before nova-compute) enables them.
+        result = restore.boot_restore(agent)
         self.assertEqual([PF], result.vfs_enabled)
+        self.assertEqual([], result.vfs_not_enabled)
         self.assertEqual(3, numvfs(self.fs, PF))
 
     def test_a_killed_mig_mode_restore_is_not_undone_after_restart(self):

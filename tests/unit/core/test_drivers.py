@@ -40,11 +40,30 @@ class TestRule(base.TestCase):
         # guests of the previous long-term support branch.
         self.assertEqual(('R535', 'R570', 'R580'),
                          drivers.guest_branches('R580'))
-        self.assertEqual(('R525', 'R535'), drivers.guest_branches('R535'))
+        # NVIDIA's branch table: vGPU 13 (R470) is long-term support too,
+        # the one before R535.
+        self.assertEqual(('R470', 'R525', 'R535'),
+                         drivers.guest_branches('R535'))
+        self.assertIsNone(drivers.host_problem(R535, 'R470'))
+        self.assertIn('R470 is not supported',
+                      drivers.host_problem(R550, 'R470'))
         self.assertIn('R535 is not supported',
                       drivers.host_problem(R570, 'R535'))
         self.assertIsNone(drivers.host_problem(
             drivers.DriverInfo.build('580.65.05'), 'R535'))
+
+    def test_newest_branch_takes_the_previous_one(self):
+        # vGPU 20 (R595): "a later major release branch with guest VM
+        # drivers from the previous branch", R580.
+        r595 = BUILD('595.58.03')
+        self.assertEqual(('R580', 'R595'), r595.guest_branches)
+        self.assertIsNone(drivers.host_problem(r595, 'R580'))
+        self.assertIn('R570 is not supported',
+                      drivers.host_problem(r595, 'R570'))
+        # and a guest newer than the manager is not supported
+        self.assertIn('R595 is not supported',
+                      drivers.host_problem(
+                          drivers.DriverInfo.build('580.65.05'), 'R595'))
 
     def test_host_problem(self):
         self.assertIsNone(drivers.host_problem(R550, 'R535'))
@@ -53,7 +72,7 @@ class TestRule(base.TestCase):
         self.assertIsNone(drivers.host_problem(R550, None))
         why = drivers.host_problem(R535, 'R550')
         self.assertIn('R550 is not supported by the vGPU manager '
-                      '535.183.04 (supports R525, R535)', why)
+                      '535.183.04 (supports R470, R525, R535)', why)
 
     def test_migration_needs_overlapping_vgpu_versions(self):
         self.assertIsNone(drivers.migration_problem(R535, R550, 'R535'))
@@ -103,7 +122,7 @@ class TestReport(base.TestCase):
         data = report.host_to_dict(self.host())
         data['nvidia'] = {'driver_version': '535.183.04'}
         info = report.parse(data, self.catalog).drivers
-        self.assertEqual(('R525', 'R535'), info.guest_branches)
+        self.assertEqual(('R470', 'R525', 'R535'), info.guest_branches)
         self.assertIsNone(info.vgpu_versions)
 
     def test_bad_fields_are_named(self):

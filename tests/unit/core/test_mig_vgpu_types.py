@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from nova_gpu.core import engine as engine_mod
 from nova_gpu.core import exceptions
 from nova_gpu.core import fixtures
+from nova_gpu.core import flavor as core_flavor
 from nova_gpu.core import fragmentation as frag
 from nova_gpu.core import host as H
 from nova_gpu.core import request as R
@@ -164,3 +165,110 @@ class EnabledTypesPropertyTest(base.TestCase):
                 self.assertEqual(name, vgpu_name)
                 host.allocate(H.Assignment('h', (slot,)))
                 host.free(H.Assignment('h', (slot,)))
+
+
+def flavor_alts(specs):
+    """The GpuRequests a flavor's gpu: keys become (core.flavor)."""
+    return core_flavor.parse(dict(specs, **{'resources:VGPU': '1'}),
+                             base.CATALOG).alternatives
+
+
+class BareMigAsksTest(base.TestCase):
+    """A bare MIG ask honours the vGPU types enabled on a GPU (issue 25, 4).
+
+    On a GPU in MIG mode set up for A100-2-10C, Nova hands a guest the
+    vGPU type the VF carries: ``gpu:mig=3g.20gb`` (or ``gpu:memory=12GB,
+    gpu:kind=mig``) would get a 2g.10gb-backed 10 GiB vGPU. Every path
+    decides with one rule, ``Gpu.serves_mig``.
+    """
+
+    def setUp(self):
+        super().setUp()
+        self.model_ = self.model('A100-40GB')
+        self.host = fixtures.hgx_host('h', self.model_, gpus=2, mig=True,
+                                      vgpu_types=[ENABLED])
+        self.engine = engine_mod.PlacementEngine(frag.Demand([
+            frag.DemandItem(R.GpuRequest(H.MIG, '3g.20gb'), 1),
+            frag.DemandItem(vgpu(ENABLED), 1)]))
+
+    def test_a_mig_size_no_enabled_type_backs_is_not_offered(self):
+        for alts in (flavor_alts({'gpu:mig': '3g.20gb'}),
+                     flavor_alts({'gpu:memory': '12GB', 'gpu:kind': 'mig'})):
+            self.assertTrue(any('A100-40GB' in r.models for r in alts))
+            for r in alts:
+                self.assertEqual(H.MIG, r.kind)
+                self.assertEqual([], self.engine.choices(self.host, r), r)
+                self.assertEqual([], self.engine.rank(self.host, r), r)
+                self.assertIsNone(self.engine.evaluate(self.host, r, [0]))
+                err = self.assertRaises(exceptions.NoFit, self.engine.best,
+                                        self.host, r)
+                if 'A100-40GB' in r.models:
+                    self.assertIn('0 of 2 GPUs can take a %s device'
+                                  % r.profile, err.reason)
+        # The size the enabled type backs is served, on both GPUs at
+        # starts 0, 2 and 4; a GPU listing no types serves every size.
+        (r,) = flavor_alts({'gpu:mig': '2g.10gb'})
+        choices = self.engine.choices(self.host, r)
+        self.assertEqual(6, len(choices))
+        self.assertEqual({'2g.10gb'},
+                         {p.slots[0].detail[0] for p in choices})
+        host = fixtures.hgx_host('any', self.model_, gpus=1, mig=True)
+        for name in self.model_.mig.profiles:
+            self.assertTrue(self.engine.choices(
+                host, R.GpuRequest(H.MIG, name)), name)
+
+    def test_fragmentation_and_gpu_agree(self):
+        gpu = self.host.gpus[0]
+        r = R.GpuRequest(H.MIG, '3g.20gb')
+        profile = self.model_.mig.profiles['3g.20gb']
+        self.assertFalse(gpu.serves_mig(profile))
+        self.assertFalse(gpu.fits_mig(profile))
+        self.assertEqual((), gpu.mig_offers(profile))
+        self.assertEqual((), frag.unit_slots(gpu, r))
+        self.assertFalse(frag.fit_checker(r)(gpu))
+        self.assertFalse(frag.host_fits(self.host, r))
+        self.assertTrue(gpu.serves_mig(self.model_.mig.profiles['2g.10gb']))
+        # No MIG mode, no MIG, whatever the types.
+        self.assertFalse(H.Gpu(0, self.model_, vgpu_types=['A100-10C'])
+                         .serves_mig(self.model_.mig.profiles['2g.10gb']))
+        # What the GPU could make stays what it is: the agent's MIG
+        # commands, the layout planner and report accounting read it. The
+        # agent lists a MIG-backed vGPU's GPU instance as a bare mig
+        # device; one of a type since disabled is still counted.
+        self.assertEqual((0, 4), gpu.mig_starts(profile))
+        gpu.take(H.Slot(0, H.MIG, ('3g.20gb', 4, None)))
+        self.assertEqual((0, 2), gpu.mig_offers(
+            self.model_.mig.profiles['2g.10gb']))
+
+    def test_fragmentation_counts_what_the_bare_ask_cannot_use(self):
+        demand = frag.Demand([frag.DemandItem(
+            R.GpuRequest(H.MIG, '3g.20gb'), 1)])
+        self.assertEqual(2000, frag.host_fragmentation(self.host, demand))
+
+
+class BareMigPropertyTest(base.TestCase):
+    """Bare MIG asks: every path agrees with ``Gpu.serves_mig``."""
+
+    @hypothesis.settings(max_examples=150, deadline=None, database=None)
+    @hypothesis.given(st.data())
+    def test_paths_agree_with_the_gpu_rule(self, data):
+        model = data.draw(st.sampled_from(MIG_MODELS))
+        enabled = data.draw(st.lists(st.sampled_from(
+            sorted(model.vgpu_profiles)), max_size=3, unique=True))
+        gpu = H.Gpu(0, model, mig_enabled=data.draw(st.booleans()),
+                    vgpu_types=enabled or None)
+        host = H.Host('h', [gpu])
+        engine = engine_mod.PlacementEngine()
+        backing = {model.vgpu_profiles[n].mig_profile for n in enabled
+                   if model.vgpu_profiles[n].mig_backed}
+        for name, profile in model.mig.profiles.items():
+            r = R.GpuRequest(H.MIG, name)
+            served = gpu.mig_enabled and (not enabled or name in backing)
+            self.assertEqual(served, gpu.serves_mig(profile), name)
+            slots = frag.unit_slots(gpu, r)
+            self.assertEqual(bool(slots), served and bool(
+                gpu.mig_starts(profile)), name)
+            self.assertEqual(bool(slots), frag.fit_checker(r)(gpu), name)
+            self.assertEqual(bool(slots), gpu.fits_mig(profile), name)
+            self.assertEqual(bool(slots), bool(engine.choices(host, r)),
+                             name)

@@ -11,6 +11,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import textwrap
 
 import fixtures
@@ -24,6 +25,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(HERE)))
 PLUGIN = os.path.join(ROOT, 'devstack', 'plugin.sh')
 SETTINGS = os.path.join(ROOT, 'devstack', 'settings')
 SHIM = os.path.join(HERE, 'devstack_shim.sh')
+ETC_NOVA = os.path.join(ROOT, 'etc', 'nova')
 
 # What devstack's lib/nova leaves in nova.conf before plugins run.
 DEVSTACK_NOVA_CONF = textwrap.dedent("""\
@@ -57,7 +59,7 @@ class DevstackPluginTest(testtools.TestCase):
         self.tmp = self.useFixture(fixtures.TempDir()).path
         self.nova_conf = os.path.join(self.tmp, 'nova.conf')
         self.agent_conf = os.path.join(self.tmp, 'nova-gpu',
-                                       'nova-gpu-agent.conf')
+                                       'nova-gpu.conf')
         self.log = os.path.join(self.tmp, 'calls.log')
         with open(self.nova_conf, 'w') as f:
             f.write(DEVSTACK_NOVA_CONF)
@@ -74,6 +76,8 @@ class DevstackPluginTest(testtools.TestCase):
             'PATH': os.environ['PATH'],
             'HOME': self.tmp,
             'DEST': '/opt/stack',
+            'NOVA_GPU_DIR': ROOT,
+            'NOVA_GPU_PYTHON': sys.executable,
             'DATA_DIR': os.path.join(self.tmp, 'data'),
             'NOVA_CONF': self.nova_conf,
             'PLACEMENT_CONF': self.placement_conf,
@@ -108,11 +112,12 @@ class DevstackPluginTest(testtools.TestCase):
         self.assertEqual(['nova.scheduler.filters.all_filters',
                           'nova_gpu.scheduler.filters.GpuFilter'],
                          sched['available_filters'])
+        # devstack's own filters stay; the file's are added, GpuFilter last.
         self.assertEqual(
             'ComputeFilter,ComputeCapabilitiesFilter,ImagePropertiesFilter,'
             'ServerGroupAntiAffinityFilter,ServerGroupAffinityFilter,'
-            'SameHostFilter,DifferentHostFilter,PciPassthroughFilter,'
-            'GpuFilter',
+            'SameHostFilter,DifferentHostFilter,NUMATopologyFilter,'
+            'PciPassthroughFilter,GpuFilter',
             sched['enabled_filters'][0])
         # Whole GPUs and vendor-VFIO vGPUs: PCI in Placement, by alias.
         self.assertEqual(['True'], sched['pci_in_placement'])
@@ -131,8 +136,9 @@ class DevstackPluginTest(testtools.TestCase):
             'fragmentation_weight_multiplier'])
         self.assertEqual(['10.0'], conf['gpu_scheduler'][
             'topology_weight_multiplier'])
-        self.assertEqual(['every_host'],
-                         conf['gpu_scheduler']['candidate_order'])
+        # Nova's default: the file does not set it.
+        self.assertNotIn('candidate_order', conf['gpu_scheduler'])
+        self.assertEqual(['True'], conf['gpu_scheduler']['report_listener'])
         placement = parse_ini(self.placement_conf)['placement']
         self.assertEqual(['1000'], placement['max_allocation_candidates'])
         self.assertEqual(['breadth-first'], placement[
@@ -147,11 +153,53 @@ class DevstackPluginTest(testtools.TestCase):
             f.write('[DEFAULT]\ndebug = True\n')
         self.run_phases('stack post-config')
         sched = parse_ini(self.nova_conf)['filter_scheduler']
-        # Nova 34.0.0's defaults of enabled_filters, then ours.
+        # The file's list: Nova 34.0.0's defaults, then what the GPU paths
+        # need, GpuFilter last.
         self.assertEqual(
             'ComputeFilter,ComputeCapabilitiesFilter,ImagePropertiesFilter,'
             'ServerGroupAntiAffinityFilter,ServerGroupAffinityFilter,'
-            'PciPassthroughFilter,GpuFilter', sched['enabled_filters'][0])
+            'NUMATopologyFilter,PciPassthroughFilter,GpuFilter',
+            sched['enabled_filters'][0])
+
+    def test_nova_conf_holds_every_setting_of_the_files(self):
+        self.run_phases('stack post-config')
+        conf = parse_ini(self.nova_conf)
+        for name in ('nova-api.conf', 'nova-conductor.conf',
+                     'nova-scheduler.conf', 'nova-gpu-pci.conf'):
+            for group, options in parse_ini(
+                    os.path.join(ETC_NOVA, name)).items():
+                for option, values in options.items():
+                    have = conf[group][option]
+                    if option in ('enabled_filters', 'weight_classes'):
+                        have = have[0].split(',')
+                        values = values[0].split(',')
+                    for value in values:
+                        self.assertIn(value, have, (name, group, option))
+
+    def test_cell_conductors_get_their_files(self):
+        etc = os.path.join(self.tmp, 'etc-nova')
+        os.makedirs(etc)
+        cell = os.path.join(etc, 'nova_cell1.conf')
+        with open(cell, 'w') as f:
+            f.write('[DEFAULT]\ntransport_url = rabbit://x/\n')
+        self.run_phases('stack post-config')
+        conf = parse_ini(cell)
+        # The cell conductor builds the request groups of moves.
+        self.assertEqual(['True'],
+                         conf['filter_scheduler']['pci_in_placement'])
+        self.assertEqual(2, len(conf['pci']['alias']))
+        self.assertNotIn('available_filters', conf['filter_scheduler'])
+
+    def test_large_cloud_replaces_the_weighers(self):
+        self.run_phases('stack post-config', env={
+            'NOVA_GPU_CANDIDATE_ORDER': 'selected_host'})
+        conf = parse_ini(self.nova_conf)
+        self.assertEqual(['nova.scheduler.weights.all_weighers',
+                          'nova_gpu.scheduler.weighers.GpuWeigher'],
+                         conf['filter_scheduler']['weight_classes'][0]
+                         .split(','))
+        self.assertEqual(['selected_host'],
+                         conf['gpu_scheduler']['candidate_order'])
 
     def test_post_config_twice_changes_nothing_more(self):
         self.run_phases('stack post-config')
@@ -207,6 +255,7 @@ class DevstackPluginTest(testtools.TestCase):
              'NOVA_CONF=%s SHIM_LOG=%s; source %s stack post-config'
              % (SHIM, SETTINGS, self.nova_conf, self.log, PLUGIN)],
             env={'PATH': os.environ['PATH'], 'DEST': '/opt/stack',
+                 'NOVA_GPU_DIR': ROOT, 'NOVA_GPU_PYTHON': sys.executable,
                  'NOVA_GPU_CONF_DIR': os.path.join(self.tmp, 'ctl')},
             capture_output=True, text=True, timeout=60)
         self.assertEqual(0, proc.returncode, proc.stderr)
@@ -277,9 +326,16 @@ class DevstackPluginTest(testtools.TestCase):
             self.assertIsNotNone(flavor.parse(extra), item)
 
     def test_configured_classes_exist(self):
-        names = (self.settings_value('NOVA_GPU_FILTER').split(',')
-                 + self.settings_value('NOVA_GPU_WEIGHERS').split(','))
-        for path in names:
+        names = set()
+        for path in os.listdir(ETC_NOVA):
+            conf = parse_ini(os.path.join(ETC_NOVA, path))
+            sched = conf.get('filter_scheduler', {})
+            for value in (sched.get('available_filters', [])
+                          + sched.get('weight_classes', [])):
+                names.update(n for n in value.split(',')
+                             if n.startswith('nova_gpu.'))
+        self.assertGreaterEqual(len(names), 5)
+        for path in sorted(names):
             module, cls = path.rsplit('.', 1)
             source = os.path.join(ROOT, *module.split('.')) + '.py'
             self.assertTrue(os.path.exists(source), source)

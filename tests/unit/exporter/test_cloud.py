@@ -70,9 +70,11 @@ class FiguresTest(testtools.TestCase):
         self.assertEqual(3000, f.free_milli)
         self.assertEqual({'A100-40GB': 1, 'L4': 2}, f.gpus)
         self.assertEqual(7, f.free_devices[('A100-40GB', 'mig', '1g.5gb')])
-        # MIG mode: no whole A100; both L4s could go whole
+        # MIG mode: no whole A100; only the L4 whose report says nothing
+        # of its path could go whole (the other serves its vGPU type: a
+        # whole GPU is no device Nova would give it)
         self.assertEqual(0, f.free_devices[('A100-40GB', 'whole', 'whole')])
-        self.assertEqual(2, f.free_devices[('L4', 'whole', 'whole')])
+        self.assertEqual(1, f.free_devices[('L4', 'whole', 'whole')])
         # L4-6C: 4 per GPU on either L4; L4-4C only on the open one
         self.assertEqual(8, f.free_devices[('L4', 'vgpu', 'L4-6C')])
         self.assertEqual(6, f.free_devices[('L4', 'vgpu', 'L4-4C')])
@@ -147,7 +149,7 @@ class CollectorAndApiTest(testtools.TestCase):
         return self.registry.get_sample_value(name, labels)
 
     def test_cloud_series(self):
-        self.assertEqual(2, self.value('nova_gpu_cloud_free_devices',
+        self.assertEqual(1, self.value('nova_gpu_cloud_free_devices',
                                        model='L4', kind='whole',
                                        profile='whole'))
         self.assertEqual(4, self.value('nova_gpu_cloud_gpus', model='L4'))
@@ -243,8 +245,11 @@ class CollectorAndApiTest(testtools.TestCase):
         code, body = self.get('/v1/capacity')
         capacity = {(c['model'], c['profile']): c for c in
                     json.loads(body)['capacity']}
+        # servers of 1, 2, 3 ... L4-6C, each device on its own GPU, host
+        # by host: gpu-1 holds 3 (one L4), gpu-2 4 + 4 (two L4s)
         self.assertEqual({'model': 'L4', 'kind': 'vgpu', 'profile': 'L4-6C',
-                          'free': 3 + 8, 'hosts': 2},
+                          'free': 3 + 8, 'hosts': 2,
+                          'servers': [11, 4, 0, 0, 0, 0, 0, 0]},
                          capacity[('L4', 'L4-6C')])
         self.assertEqual(404, self.get('/v1/hosts/nope')[0])
         self.assertEqual(404, self.get('/v2')[0])
@@ -399,3 +404,17 @@ class HostDetailForPlannersTest(testtools.TestCase):
                          [g.pcie_switch for g in seen.gpus])
         self.assertEqual((64000, 262144), (seen.cpu_milli, seen.memory_mib))
         self.assertEqual(info.guest_branches, infos['nv-1'].guest_branches)
+
+
+class ServersFittingTest(testtools.TestCase):
+    """Servers of N devices, each on its own GPU of one host."""
+
+    def test_each_device_on_its_own_gpu(self):
+        self.assertEqual(7, cloud.servers_fitting([3, 2, 2], 1))
+        # one GPU never holds two devices of one server
+        self.assertEqual(0, cloud.servers_fitting([8], 2))
+        self.assertEqual(4, cloud.servers_fitting([4, 4], 2))
+        self.assertEqual(2, cloud.servers_fitting([4, 1, 1], 2))
+        self.assertEqual(1, cloud.servers_fitting([1] * 8, 8))
+        self.assertEqual(0, cloud.servers_fitting([1] * 7, 8))
+        self.assertEqual(0, cloud.servers_fitting([], 1))
