@@ -11,9 +11,9 @@ own way; nova-gpu-sim checks its input files with ``check_file``.
 
 The rule (``check_file``): a file is read only when it is a regular file
 of at most a bound of bytes that starts as UTF-8 text; anything else is
-refused, naming the file and what it is, before anything opens it for
-reading. A FIFO or a terminal would block the read forever, ``/dev/zero``
-would fill the memory, a directory or a binary file ends in a traceback.
+refused, naming the file and what it is, before the program reads it. A
+FIFO or a terminal would block the read forever, ``/dev/zero`` would fill
+the memory, a directory or a binary file ends in a traceback.
 Every configuration file oslo.config would read is checked so: each
 ``--config-file`` (or the default files) and the ``*.conf`` files of each
 ``--config-dir`` (or of the default directories). ``[gpu] catalog_files``
@@ -42,8 +42,8 @@ from nova_gpu.core import catalog as catalog_mod
 from nova_gpu.core import exceptions
 
 PROJECT = 'nova-gpu'
-# A configuration file is kilobytes (the generated sample, every option
-# commented, is tens); Nova's full sample is under 1 MiB.
+# A configuration file is kilobytes (etc/nova-gpu.conf.sample, every
+# option described, is about 40 KiB).
 MAX_CONFIG_BYTES = 4 * 2 ** 20
 # How much of a file is read to tell text from binary data.
 SNIFF_BYTES = 64 * 2 ** 10
@@ -110,26 +110,44 @@ def check_file(path, what='configuration file', limit=MAX_CONFIG_BYTES):
     try:
         # stat before open: opening a device may block or act (a tape, a
         # watchdog).
-        mode = os.stat(path).st_mode
+        st = os.stat(path)
     except OSError as e:
         raise ConfigError('%s %s' % (name, _os_problem(e))) from None
-    _check_kind(name, mode)
-    try:
-        # O_NONBLOCK: should the path turn into a FIFO meanwhile, the open
-        # does not wait for a writer (fstat below refuses it).
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
-    except OSError as e:
-        raise ConfigError('%s %s' % (name, _os_problem(e))) from None
-    with os.fdopen(fd, 'rb') as f:
-        st = os.fstat(f.fileno())
-        _check_kind(name, st.st_mode)
-        if st.st_size > limit:
+    if _is_devnull(st):
+        return  # --config-file /dev/null: the usual way to say "none"
+    _check_kind(name, st.st_mode)
+    with _open_regular(path, name) as f:
+        size = os.fstat(f.fileno()).st_size
+        if size > limit:
             raise ConfigError('%s is %d bytes, more than the %d a %s may '
-                              'have' % (name, st.st_size, limit, what))
+                              'have' % (name, size, limit, what))
         head = f.read(SNIFF_BYTES)
     problem = _not_text(head, final=len(head) < SNIFF_BYTES)
     if problem:
         raise ConfigError('%s is not a text file: %s' % (name, problem))
+
+
+def _open_regular(path, name):
+    """``path`` opened to read bytes, if it is still a regular file."""
+    try:
+        # O_NONBLOCK: should the path have turned into a FIFO, the open
+        # does not wait for a writer (fstat refuses it).
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
+    except OSError as e:
+        raise ConfigError('%s %s' % (name, _os_problem(e))) from None
+    try:
+        _check_kind(name, os.fstat(fd).st_mode)
+    except BaseException:
+        os.close(fd)
+        raise
+    return os.fdopen(fd, 'rb')
+
+
+def _is_devnull(st):
+    if not stat.S_ISCHR(st.st_mode):
+        return False
+    null = os.stat(os.devnull)
+    return stat.S_ISCHR(null.st_mode) and st.st_rdev == null.st_rdev
 
 
 def _os_problem(e):
@@ -166,7 +184,7 @@ class _PathsParser(argparse.ArgumentParser):
         raise ValueError(message)
 
 
-def config_files(argv, prog, default_config_files=None):
+def config_paths(argv, prog, default_config_files=None):
     """Every file oslo.config reads for ``argv``: each ``--config-file``
     (else the default files), the ``*.conf`` files of each
     ``--config-dir`` (else of the default directories that exist).
@@ -197,33 +215,38 @@ def _given(argv, option):
 
 
 def read_config(conf, argv, prog, default_config_files=None):
-    """Parse ``argv`` and the configuration files into ``conf``.
-
-    Each file is checked first (``check_file``), and every option
-    registered is read once, so that a bad value is named now rather than
-    where it is first used. Raises ``ConfigError`` (one line).
+    """Parse ``argv`` and the configuration files into ``conf``; each
+    file is checked first (``check_file``). Raises ``ConfigError`` (one
+    line).
     """
-    for path in config_files(argv, prog, default_config_files):
+    for path in config_paths(argv, prog, default_config_files):
         check_file(path)
     try:
         conf(argv, project=PROJECT, prog=prog,
              default_config_files=default_config_files)
-        _read_every_option(conf)
     except (cfg.Error, OSError, UnicodeError) as e:
         raise ConfigError(describe_error(e)) from e
 
 
 def _read_every_option(conf):
-    for name in list(conf):
-        value = conf[name]
-        if isinstance(value, cfg.ConfigOpts.GroupAttr):
-            for opt in list(value):
-                value[opt]
+    """Read each registered option once: a bad value in the file (shared
+    by every nova-gpu program) is named at start, not where it is first
+    used, in a traceback.
+    """
+    try:
+        for name in list(conf):
+            value = conf[name]
+            if isinstance(value, cfg.ConfigOpts.GroupAttr):
+                for opt in list(value):
+                    value[opt]  # converts (checks) the value
+    except cfg.Error as e:
+        raise ConfigError(describe_error(e)) from e
 
 
 def configure(argv, prog, stderr=False, config_files=None, overrides=None):
     """``nova_gpu.conf.CONF`` read (``read_config``), its GPU catalog
-    loaded once, oslo.log set up; ``ConfigError`` when one cannot be used.
+    loaded once, oslo.log set up, every option's value checked;
+    ``ConfigError`` when one cannot be used.
 
     ``config_files`` and ``overrides`` (``[DEFAULT]`` options, such as
     ``debug``) come from a CLI that parsed its own arguments
@@ -243,6 +266,9 @@ def configure(argv, prog, stderr=False, config_files=None, overrides=None):
     for name, value in (overrides or {}).items():
         conf.set_override(name, value)
     logging.setup(conf, PROJECT)
+    # After logging is set up: the deprecation warnings oslo.config logs
+    # as it reads an option are then logged as usual.
+    _read_every_option(conf)
     return conf
 
 

@@ -24,12 +24,13 @@ def _cell(value, float_format):
     return str(value)
 
 
-def text(header, rows, title=None, float_format=None):
+def text(header, rows, title=None, float_format=None, width=None):
     """``rows`` under ``header`` as a prettytable, a string.
 
     A column of numbers (and None) is right-aligned, any other
     left-aligned; None shows as ``-``; ``float_format`` (e.g. ``'%.2f'``)
-    formats floats, which otherwise print as ``str`` does.
+    formats floats, which otherwise print as ``str`` does. ``width``: the
+    most columns a line takes (prettytable wraps the widest cells).
     """
     rows = [list(row) for row in rows]
     table = prettytable.PrettyTable(field_names=[str(h) for h in header])
@@ -42,6 +43,8 @@ def text(header, rows, title=None, float_format=None):
         table.add_row([_cell(c, float_format) for c in row])
     if title:
         table.title = title
+    if width:
+        table.max_table_width = width
     return table.get_string()
 
 

@@ -47,6 +47,7 @@ import collections
 import select
 import socket
 import socketserver
+import sys
 import threading
 import time
 from wsgiref import simple_server
@@ -70,17 +71,21 @@ BACKLOG = 128
 # How often (s) the stdlib server closes connections past their time and
 # looks at the lobby, when no connection comes.
 POLL_INTERVAL = 0.2
+SCAN_INTERVAL = 0.05
 # Least seconds between two WARNINGs about connections closed.
 WARN_INTERVAL = 60
 
 
 def eventlet_patched():
-    """Whether eventlet has monkey patched this process's sockets."""
-    try:
-        from eventlet import patcher
-    except ImportError:
-        return False
-    return patcher.is_monkey_patched('socket')
+    """Whether eventlet has monkey patched this process's sockets.
+
+    Asked of ``sys.modules``: a process that never imported eventlet was
+    not patched, and asking must not import it (nova-gpu's services run
+    without eventlet; Nova 34's native threading mode forbids importing
+    it).
+    """
+    patcher = sys.modules.get('eventlet.patcher')
+    return patcher is not None and patcher.is_monkey_patched('socket')
 
 
 def _family(address):
@@ -108,6 +113,7 @@ class _ThreadingServer(socketserver.ThreadingMixIn, simple_server.WSGIServer):
         self.counts = dict.fromkeys(
             ('accepted', 'refused', 'evicted', 'timed_out'), 0)
         self._warned_at = None
+        self._scanned = 0.0
 
     # -- in the accepting thread (serve_forever) ----------------------------
 
@@ -121,11 +127,16 @@ class _ThreadingServer(socketserver.ThreadingMixIn, simple_server.WSGIServer):
         self._lobby[request] = (client_address, time.monotonic())
 
     def service_actions(self):
-        # After each connection accepted and every POLL_INTERVAL: close
-        # the connections that did not send their request in time
-        # (slowloris: every read within the timeout, the request never
-        # complete), let in those of the lobby that may come in.
+        # After each connection accepted and every POLL_INTERVAL, at most
+        # every SCAN_INTERVAL (a flood must not make the accepting thread
+        # poll every connection at each one it accepts): close the
+        # connections that did not send their request in time (slowloris:
+        # every read within the timeout, the request never complete),
+        # let in those of the lobby that may come in.
         now = time.monotonic()
+        if now - self._scanned < SCAN_INTERVAL:
+            return
+        self._scanned = now
         with self._lock:
             late = [sock for sock, (since, read) in self._open.items()
                     if not read and now - since > self.read_timeout]

@@ -61,6 +61,9 @@ class GpuRecord:
     # Start slices of the GPU instances no guest's vGPU holds (see
     # Discovery._idle_gpu_instances): room for MIG-backed vGPUs.
     idle_gpu_instances: set = dataclasses.field(default_factory=set)
+    # mdev UUID or VF address -> UUID of the libvirt domain (the Nova
+    # instance) that holds it, for "openstack gpu server show"
+    holders: dict = dataclasses.field(default_factory=dict)
 
     @property
     def vgpu_profiles(self):
@@ -413,13 +416,15 @@ class HostInventory:
         ``remove_orphans`` off).
         """
         profiles = g.model.vgpu_profiles
-        devices = [{'kind': host_mod.VGPU, 'detail': name, 'uuid': uuid}
+        devices = [_held({'kind': host_mod.VGPU, 'detail': name,
+                          'uuid': uuid}, g.holders.get(uuid.lower()))
                    for uuid, name in g.mdevs if uuid not in g.idle_mdevs
                    # A MIG-backed vGPU takes no share of its own: its GPU
                    # instance, listed below from NVML, holds the slices
                    # (the core refuses it as a time-sliced device).
                    and not (name in profiles and profiles[name].mig_backed)]
-        devices += [{'kind': host_mod.VGPU, 'detail': name, 'vf': vf}
+        devices += [_held({'kind': host_mod.VGPU, 'detail': name, 'vf': vf},
+                          g.holders.get(vf))
                     for vf, name in sorted(g.vf_vgpus.items())]
         devices += [{'kind': host_mod.MIG, 'detail': list(detail)}
                     for detail in g.mig_slots
@@ -432,6 +437,13 @@ class HostInventory:
                     vf.address for vf in g.vfs()]:
                 return g
         return None
+
+
+def _held(device, instance):
+    """A report device, with the instance holding it where libvirt says."""
+    if instance:
+        device['instance'] = instance
+    return device
 
 
 class Discovery:
@@ -608,7 +620,8 @@ class Discovery:
         if self.libvirt is None or not sources.get('libvirt'):
             return None
         try:
-            return set(self.libvirt.domain_refs())
+            self._holders = self.libvirt.domain_refs(by='uuid')
+            return set(self._holders)
         except Exception as e:  # libvirt is optional for discovery
             LOG.warning('cannot list libvirt domains (%s): vendor-VFIO '
                         'VFs in use are not counted', e)
@@ -619,8 +632,13 @@ class Discovery:
         by_parent = {}
         for m in mdevs.values():
             by_parent.setdefault(m.parent, []).append(m)
+        holders = getattr(self, '_holders', None) or {}
         for r in records:
             parents = [r.address] + [vf.address for vf in r.vfs()]
+            r.holders = {ref: domains[0] for ref, domains in holders.items()
+                         if domains and (ref in parents or any(
+                             ref == m.uuid.lower() for p in parents
+                             for m in by_parent.get(p, ())))}
             r.mdev_parents = {
                 p: {m.uuid for m in by_parent.get(p, ())} for p in parents}
             for parent in parents:

@@ -264,18 +264,22 @@ class LibvirtHost:
             return found
         return self.call(what, scan)
 
-    def domain_refs(self):
-        """{mdev UUID or PCI address: [domain names]} over every domain
-        libvirt knows, running or only defined, live and persistent XML.
+    def domain_refs(self, by='name'):
+        """{mdev UUID or PCI address: [domains]} over every domain libvirt
+        knows, running or only defined, live and persistent XML.
+
+        ``by``: the domains' names, or (``'uuid'``) their UUIDs, which
+        Nova gives its instances' domains.
         """
         refs = {}
-        for name, _uuid, docs in self.domains():
+        for name, uuid, docs in self.domains():
+            domain = uuid if by == 'uuid' else name
             for doc in docs:
                 uuids, addrs = xmlbuild.hostdev_refs(doc)
                 for key in uuids | addrs:
                     names = refs.setdefault(key, [])
-                    if name not in names:
-                        names.append(name)
+                    if domain not in names:
+                        names.append(domain)
         return refs
 
     def _domain(self, conn, name):

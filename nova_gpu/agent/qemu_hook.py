@@ -393,8 +393,8 @@ def main(argv=None, stdin=None, stderr=None, sysfs_root=None,
         _say(stderr, domain, 'unexpected error: %s' % e)
         return 1
     for address, type_id in done:
-        _say(stderr, domain, 'VF %s set to vGPU type %d' % (address,
-                                                             type_id))
+        _say(stderr, domain,
+             'VF %s set to vGPU type %d' % (address, type_id))
         _keep_record(vf_types.record, state_dir, domain, stderr, address,
                      type_id)
     return 0

@@ -525,7 +525,11 @@ def start(stock=False, schedulers=2):
              'SCHEDULERS': schedulers, 'runTest': lambda self: None}
     case = type('BootsCloud', (cloud_mod.GpuCloudTestCase,), attrs)()
     case.useFixture(fixtures.EnvironmentVariable('OS_TEST_TIMEOUT', '0'))
-    case.setUp()
+    try:
+        case.setUp()
+    except BaseException:
+        case.doCleanups()  # Nova's fixtures patch the process
+        raise
     slow_guest_definition(case)
     return case
 

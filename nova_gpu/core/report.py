@@ -26,7 +26,8 @@ Schema (version 2)::
            "address": "0000:3b:00.4", "resource_class": "VGPU",
            "vgpu_type": "A100-10C", "vfs": [], "mig": null}],
         "devices": [                 # what guests hold now
-          {"kind": "vgpu", "detail": "A100-10C", "uuid": "..."},
+          {"kind": "vgpu", "detail": "A100-10C", "uuid": "...",
+           "instance": "..."},      # optional: the domain holding it
           {"kind": "mig", "detail": ["3g.20gb", 0, null], "uuid": "..."},
           {"kind": "whole"}],
         "idle_mdevs": [              # optional: mdevs no guest holds
@@ -632,7 +633,8 @@ class _Parser:
             if kind not in host_mod.KINDS:
                 self.fail(where + '.kind', 'must be one of %s, got %s'
                           % (', '.join(host_mod.KINDS), _shown(kind)))
-            for key in ('uuid', 'vf'):
+            # instance: the Nova instance (libvirt domain UUID) holding it
+            for key in ('uuid', 'vf', 'instance'):
                 self.optional_string(dev.get(key), '%s.%s' % (where, key))
             detail = self.detail(kind, dev.get('detail'), gpu,
                                  where + '.detail')

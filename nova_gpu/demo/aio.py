@@ -282,12 +282,14 @@ def _boot(cloud, conn, name, flavor_name, flavor_id):
 
 
 def _device(dev):
-    """A device in words; a MIG-backed vGPU with the slice it sits on."""
+    """A device in words; a MIG-backed vGPU with the GPU instance it sits
+    on and that instance's start slice (``A100-2-10C 2g.10gb@4``).
+    """
     if dev.vgpu_type is None:
         return 'whole GPU'
     if dev.mig is None:
         return dev.vgpu_type
-    return '%s@MIG %s slice %d' % (dev.vgpu_type, dev.mig[0], dev.mig[1])
+    return '%s %s@%d' % (dev.vgpu_type, dev.mig[0], dev.mig[1])
 
 
 def _hostdevs(cloud, servers):
@@ -304,8 +306,9 @@ def _hostdevs(cloud, servers):
                                           != dev.gpu_address else 'PF',
                                           dev.function)
                     if dev.mdev else 'PCI function %s' % dev.function)
-            lines.append('%s: %s of GPU %d (%s), %s' % (
-                dev.path, what, dev.gpu, dev.gpu_address, _device(dev)))
+            # The path is in the heading above these lines.
+            lines.append('  %s of GPU %d (%s), %s' % (
+                what, dev.gpu, dev.gpu_address, _device(dev)))
         shown.append((server.name, server.path, xml, tuple(lines)))
     return tuple(shown)
 
@@ -388,6 +391,8 @@ _PATH_WORDS = {
 
 
 def print_outcome(outcome, out):
+    out(render.flavors(outcome.servers, 'Flavors'))
+    out('')
     out(render.placements(outcome.servers, 'Placements with %s (%.0f s)'
                           % (outcome.policy, outcome.seconds)))
     out('')

@@ -186,7 +186,7 @@ def _busy_indices(use, gpus):
     return [i for i, c in enumerate(counts) if int(c) > 0]
 
 
-_MIG = re.compile(r'@MIG (?P<profile>\S+) slice (?P<start>\d+)')
+_MIG = re.compile(r' (?P<profile>\d+g\.\d+gb)@(?P<start>\d+)$')
 
 
 def _units(layout, address, held, catalog):

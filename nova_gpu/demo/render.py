@@ -10,28 +10,46 @@ from lxml import etree
 from nova_gpu import tables
 
 
+# The demo's tables fit a terminal of this many columns.
+WIDTH = 120
+
+
 def table(headers, rows, title=None):
-    """Numbers right-aligned, floats to two decimals, None as ``-``."""
-    return tables.text(headers, rows, title, float_format='%.2f')
+    """Numbers right-aligned, floats to two decimals, None as ``-``;
+    at most ``WIDTH`` columns wide (long cells wrap).
+    """
+    return tables.text(headers, rows, title, float_format='%.2f',
+                       width=WIDTH)
 
 
 def _is_number(value):
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-PLACEMENT_HEADERS = ('#', 'server', 'flavor', 'asks', 'result', 'host',
-                     'path', 'GPU (PCI)', 'VF / function', 'device', 'NUMA')
+PLACEMENT_HEADERS = ('server', 'flavor', 'result', 'host', 'path',
+                     'PCI function', 'device', 'NUMA')
+
+
+def flavors(results, title):
+    """What each flavor of ``results`` asks, once."""
+    asks = {}
+    for r in results:
+        asks.setdefault(r.flavor, r.asks)
+    return table(('flavor', 'asks'), sorted(asks.items()), title)
 
 
 def placements(results, title):
-    """One row per server, in boot order."""
+    """One row per server, in boot order.
+
+    One line per device (a four-GPU server takes four lines, not a row of
+    300 columns): the PCI function it came from (the VF, or the GPU where
+    the device is on the GPU's own function) and the device.
+    """
     rows = []
-    for i, r in enumerate(results, 1):
-        functions = [f for f, g in zip(r.functions, r.gpus) if f != g]
-        rows.append((i, r.name, r.flavor, r.asks, r.result, r.host,
-                     r.path, ' '.join(r.gpus) or None,
-                     ' '.join(functions) or None,
-                     ' '.join(r.devices) or None,
+    for r in results:
+        rows.append((r.name, r.flavor, r.result, r.host, r.path,
+                     '\n'.join(r.functions) or None,
+                     '\n'.join(r.devices) or None,
                      ','.join(str(n) for n in r.numa) or None))
     return table(PLACEMENT_HEADERS, rows, title)
 

@@ -180,6 +180,7 @@ class ShowServer(command.ShowOne):
     """
 
     GPU_CLASSES = ('VGPU', 'PGPU')
+    POOL = 'pci_pool'
 
     def get_parser(self, prog_name):
         parser = super().get_parser(prog_name)
@@ -189,6 +190,7 @@ class ShowServer(command.ShowOne):
 
     def take_action(self, parsed_args):
         conn = self.app.client_manager.sdk_connection
+        self._hosts = {}  # host name -> the exporter's host detail
         server = conn.compute.find_server(parsed_args.server,
                                           ignore_missing=False)
         allocations = conn.placement.get(
@@ -211,9 +213,7 @@ class ShowServer(command.ShowOne):
                 entry = {'provider': name, 'resource_class': rc,
                          'amount': amount}
                 if known:
-                    entry.update({k: known[k] for k in (
-                        'host', 'gpu', 'gpu_address', 'model', 'kind',
-                        'address', 'vgpu_type', 'mig', 'vfs')})
+                    entry.update(self._device(known, server.id))
                 devices.append(entry)
         flavor = getattr(server, 'flavor', None) or {}
         return (['ID', 'Name', 'Host', 'Flavor', 'GPU Devices'],
@@ -222,3 +222,36 @@ class ShowServer(command.ShowOne):
                  flavor.get('original_name') or flavor.get('name') or
                  flavor.get('id'),
                  format_columns.ListDictColumn(devices)])
+
+    def _device(self, provider, server_id):
+        """What the guest has of ``provider``: plain values, no lists.
+
+        A vendor-VFIO pool stands for several VFs: the guest's own is the
+        one its host's agent saw its domain hold (``instance`` in the
+        report's devices); None while the agent has not reported it.
+        """
+        device = {k: provider[k] for k in (
+            'host', 'gpu', 'gpu_address', 'model', 'kind', 'address',
+            'vgpu_type')}
+        if provider.get('mig'):
+            profile, start = provider['mig'][:2]
+            device['mig'] = '%s@%s' % (profile, start)
+        if provider['kind'] == self.POOL:
+            device['vf'] = self._held_vf(provider, server_id)
+        return device
+
+    def _held_vf(self, provider, server_id):
+        host = provider['host']
+        if host not in self._hosts:
+            try:
+                self._hosts[host] = self.app.client_manager.gpu.host(host)
+            except Exception as e:  # the devices still show without it
+                LOG.warning('cannot read host %s from nova-gpu-exporter: '
+                            '%s', host, e)
+                self._hosts[host] = {}
+        vfs = set(provider.get('vfs') or ())
+        for gpu in self._hosts[host].get('gpus', ()):
+            for dev in gpu.get('devices', ()):
+                if dev.get('instance') == server_id and dev.get('vf') in vfs:
+                    return dev['vf']
+        return None

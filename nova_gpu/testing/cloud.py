@@ -83,8 +83,14 @@ STOCK_CONF = {
 
 def scheduler_value(group, option, files=service_conf.SERVICE_FILES[
         service_conf.SCHEDULER]):
-    """What nova-scheduler's files give an option (for tests adding to it)."""
-    return service_conf.merge(files)[(group, option)]
+    """What nova-scheduler's files give an option, as oslo.config types it
+    (a list for a list option), for tests and demos adding to it.
+    """
+    conf = cfg.ConfigOpts()
+    conf.register_opt(CONF._get_opt_info(option, group)['opt'], group)
+    value = service_conf.merge(files)[(group, option)]
+    conf.set_override(option, value, group)
+    return conf[group][option]
 
 
 # How a fake host's GPUs reach guests (see the module doc).
@@ -1079,5 +1085,12 @@ def start_cloud(hosts, nova_conf=None, agents=False, scheduler_files=None):
         bases = (agent_process.AgentReportsMixin,) + bases
     case = type('GpuCloud', bases, attrs)()
     case.useFixture(fixtures.EnvironmentVariable('OS_TEST_TIMEOUT', '0'))
-    case.setUp()
+    try:
+        case.setUp()
+    except BaseException:
+        # Nova's fixtures patch the process (Placement's client, the
+        # database, the RPC): undo them, or the caller's next cloud (or
+        # the next test of the worker) starts on a half-patched process.
+        case.doCleanups()
+        raise
     return case

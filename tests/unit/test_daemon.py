@@ -3,9 +3,10 @@
 Each program runs as an operator runs it (a process of its own) with a
 configuration file that cannot be used: a FIFO (the programs hung on it),
 ``/dev/zero`` (they filled their memory), a directory, a binary file, a
-file too large to be one, a missing one, and a FIFO as ``[gpu]
-catalog_files``. Each must end within seconds with one line naming the
-file and the problem, a non-zero exit status and no traceback.
+file too large to be one, a missing one, a FIFO as ``[gpu]
+catalog_files`` and a bad option value. Each must end within seconds with
+one line naming the file and the problem, a non-zero exit status and no
+traceback.
 """
 
 import concurrent.futures
@@ -65,6 +66,8 @@ class BadFiles(fixtures.Fixture):
         catalog = self.write('catalog.conf', '[gpu]\ncatalog_files = %s\n'
                              % fifo)
         missing = self.path('missing.conf')
+        value = self.write('value.conf', '[gpu_agent]\nlibvirt_retries = '
+                           'abc\n')
         self.cases = [
             ('fifo', fifo, [fifo, 'is a FIFO, not a regular file']),
             ('device', '/dev/zero', ['/dev/zero', 'is a character device']),
@@ -76,6 +79,8 @@ class BadFiles(fixtures.Fixture):
             ('missing', missing, [missing, 'does not exist']),
             ('catalog fifo', catalog, ['[gpu] catalog_files', fifo,
                                        'not a regular file']),
+            # named at start by every program, used or not (one file)
+            ('bad value', value, ['libvirt_retries', value, 'not valid']),
         ]
 
     def path(self, name):
@@ -151,10 +156,11 @@ class QemuHookTest(_ProgramCase):
 
     def test_default_config_file(self):
         xml = test_qemu_hook.domain_xml(['0000:86:00.4'])
-        # A missing default file is no error; the catalog is not read.
+        # A missing default file is no error; the catalog and the options
+        # but two are not read.
         cases, homes = [], {}
         for name, path, texts in self.files.cases:
-            if name in ('missing', 'catalog fifo'):
+            if name in ('missing', 'catalog fifo', 'bad value'):
                 continue
             home = os.path.join(self.files.dir, 'home-' + name)
             link = os.path.join(home, '.nova-gpu', 'nova-gpu.conf')
@@ -176,7 +182,7 @@ class SimTest(_ProgramCase):
 
     def check(self, args):
         cases = [c for c in self.files.cases
-                 if c[0] not in ('huge', 'catalog fifo')]
+                 if c[0] not in ('huge', 'catalog fifo', 'bad value')]
         results = self.run_cases(cases, lambda path: run_program(
             'nova_gpu.sim.cli', [a.replace('BAD', path) for a in args]))
         self.assertRefused(results, 'nova-gpu-sim: error: ')
@@ -192,7 +198,7 @@ class SimTest(_ProgramCase):
 
 
 class CheckFileTest(testtools.TestCase):
-    """``daemon.check_file`` and ``daemon.config_files`` in process."""
+    """``daemon.check_file`` and ``daemon.config_paths`` in process."""
 
     def setUp(self):
         super().setUp()
@@ -201,6 +207,7 @@ class CheckFileTest(testtools.TestCase):
     def test_a_text_file_passes(self):
         path = self.files.write('good.conf', '[gpu]\n# \u00e9t\u00e9\n')
         daemon.check_file(path)  # no error
+        daemon.check_file(os.devnull)  # the empty file, by convention
 
     def test_limit_and_names(self):
         path = self.files.write('ten.csv', 'a,b\n1,2\n3,4\n')
@@ -222,7 +229,7 @@ class CheckFileTest(testtools.TestCase):
         self.assertEqual(1, len(str(err).splitlines()))
         self.assertIn('a\\nb\\x1b[2J.conf does not exist', str(err))
 
-    def test_config_files_as_oslo_config_reads_them(self):
+    def test_config_paths_as_oslo_config_reads_them(self):
         d = self.files.path('conf.d')
         os.mkdir(d)
         for name in ('b.conf', 'a.conf', 'skipped.txt'):
@@ -230,12 +237,12 @@ class CheckFileTest(testtools.TestCase):
         self.assertEqual(
             ['/x.conf', '/y.conf', os.path.join(d, 'a.conf'),
              os.path.join(d, 'b.conf')],
-            daemon.config_files(['--config-file', '/x.conf',
+            daemon.config_paths(['--config-file', '/x.conf',
                                  '--config-file=/y.conf', '--config-dir', d],
                                 'prog', default_config_files=['/default']))
         # an abbreviation is --config-file too (argparse's, as oslo.config
         # parses it), and the defaults are then read as well
-        self.assertEqual(['/x.conf', '/default'], daemon.config_files(
+        self.assertEqual(['/x.conf', '/default'], daemon.config_paths(
             ['--config-fi', '/x.conf', '--config-dir', d + '/none'],
             'prog', default_config_files=['/default']))
 

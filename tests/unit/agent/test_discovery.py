@@ -22,6 +22,9 @@ from tests.unit.agent import fakesys
 CATALOG = catalog.load_catalog()
 
 
+INSTANCE = '5a4e1c0b-7f0e-4a6e-9d8c-2b1f3e4d5c6a'
+
+
 class SysfsCase(testtools.TestCase):
     def setUp(self):
         super().setUp()
@@ -159,7 +162,7 @@ class TestA100Mig(SysfsCase):
             def pci_devices(self):
                 return [{'name': 'pci_0000_07_00_0'}]
 
-            def domain_refs(self):
+            def domain_refs(self, by='name'):
                 return refs
         inv = discovery.Discovery(self.sysfs, self.nvml, CATALOG, host='a1',
                                   libvirt=Libvirt()).discover()
@@ -423,7 +426,7 @@ class _Libvirt:
         return [{'path': '/sys/devices/pci0000:00/' + a}
                 for a in self.addresses]
 
-    def domain_refs(self):
+    def domain_refs(self, by='name'):
         return []
 
 
@@ -679,8 +682,10 @@ class TestProviders(SysfsCase):
             def pci_devices(self):
                 return [{'name': 'pci_0000_86_00_0'}]
 
-            def domain_refs(self):
-                return {vfs[1]: ['instance-00000001']}
+            def domain_refs(self, by='name'):
+                # Nova names its domains' UUIDs after the instances.
+                return {vfs[1]: [INSTANCE if by == 'uuid'
+                                 else 'instance-00000001']}
 
         def used(inv):
             return [d for d in inv.report()['gpus'][0]['devices']]
@@ -689,6 +694,8 @@ class TestProviders(SysfsCase):
         inv = self.discover(libvirt=Libvirt())
         self.assertEqual([vfs[1]], [d['vf'] for d in used(inv)])
         self.assertEqual(['H100-20C'], [d['detail'] for d in used(inv)])
+        # Which instance holds it: the guest's own VF, not its pool's.
+        self.assertEqual([INSTANCE], [d['instance'] for d in used(inv)])
 
     def test_idle_mdev_is_room_not_usage(self):
         # Nova gives an mdev no guest holds to the next guest of its type:
@@ -704,7 +711,7 @@ class TestProviders(SysfsCase):
             def pci_devices(self):
                 return [{'name': 'pci_0000_3b_00_0'}]
 
-            def domain_refs(self):
+            def domain_refs(self, by='name'):
                 return {held: ['instance-00000001']}
 
         def devices(inv):

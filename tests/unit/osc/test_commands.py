@@ -16,6 +16,8 @@ import prometheus_client
 import testtools
 
 from nova_gpu.core import catalog as catalog_mod
+from nova_gpu.core import host as host_mod
+from nova_gpu.core import report as report_mod
 from nova_gpu.exporter import api
 from nova_gpu.exporter import cloud
 from nova_gpu.osc import client as client_mod
@@ -181,8 +183,39 @@ class CommandsTest(testtools.TestCase):
             'provider': 'gpu-1_pci_0000_3b_00_4', 'resource_class': 'VGPU',
             'amount': 1, 'host': 'gpu-1', 'gpu': 1,
             'gpu_address': '0000:3b:00.0', 'model': 'L4', 'kind': 'vf_mdev',
-            'address': '0000:3b:00.4', 'vgpu_type': 'L4-6C', 'mig': None,
-            'vfs': []}], shown['GPU Devices'].machine_readable())
+            'address': '0000:3b:00.4', 'vgpu_type': 'L4-6C'}],
+            shown['GPU Devices'].machine_readable())
+
+    def test_server_show_names_the_guests_own_vf(self):
+        # An H100 whose two vendor-VFIO VFs are pooled in one provider; the
+        # guest srv-2 holds the second (its host's agent saw its domain).
+        h100 = CATALOG.model('H100-80GB')
+        host = host_mod.Host('gpu-3', [host_mod.Gpu(0, h100)])
+        vfs = ['0000:41:00.4', '0000:41:00.5']
+        pool = report_mod.pci_provider_name('gpu-3', '0000:41:00.0')
+        report = report_mod.host_to_dict(host, generation=1, providers={
+            0: [report_mod.provider_dict(
+                pool, report_mod.PCI_POOL, '0000:41:00.0',
+                'CUSTOM_NVIDIA_VGPU', 'H100-40C', vfs=vfs)]}, devices={
+            0: [{'kind': 'vgpu', 'detail': 'H100-40C', 'vf': vfs[1],
+                 'instance': 'srv-2'}]})
+        report['gpus'][0]['address'] = '0000:41:00.0'
+        self.state.ingest_report(report)
+        self.conn.server = types.SimpleNamespace(
+            id='srv-2', name='vm2', compute_host='gpu-3', flavor={})
+        self.conn.allocations = {'rp-pool': {'resources': {
+            'CUSTOM_NVIDIA_VGPU': 1}}}
+        self.conn.providers = {'rp-pool': pool}
+        cmd, parsed, (columns, values) = self.run_cmd(commands.ShowServer,
+                                                      'vm2')
+        (device,) = dict(zip(columns, values))[
+            'GPU Devices'].machine_readable()
+        self.assertEqual(vfs[1], device['vf'])
+        self.assertNotIn('vfs', device)
+        # As OpenStackClient prints it: key='value' pairs, no Python lists.
+        shown = dict(zip(columns, values))['GPU Devices'].human_readable()
+        self.assertIn("vf='0000:41:00.5'", shown)
+        self.assertNotIn('[', shown)
 
     def test_unreachable_exporter(self):
         self.app.client_manager.gpu = client_mod.ExporterClient(

@@ -1,0 +1,7 @@
+"""``nova-gpu-qemu-hook``: see :func:`nova_gpu.agent.qemu_hook.main`."""
+
+from nova_gpu.agent import qemu_hook
+
+
+def main(argv=None):
+    return qemu_hook.main(argv)
