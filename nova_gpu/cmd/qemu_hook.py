@@ -1,7 +1,13 @@
 """``nova-gpu-qemu-hook``: see :func:`nova_gpu.agent.qemu_hook.main`."""
 
+import sys
+
 from nova_gpu.agent import qemu_hook
 
 
 def main(argv=None):
     return qemu_hook.main(argv)
+
+
+if __name__ == '__main__':
+    sys.exit(main())

@@ -129,23 +129,23 @@ class ServicesTest(_ProgramCase):
         self.assertRefused(results, '%s: error: ' % prog)
 
     def test_nova_gpu(self):
-        self.check('nova_gpu.agent.cli', 'nova-gpu', '--no-nvml',
+        self.check('nova_gpu.cmd.cli', 'nova-gpu', '--no-nvml',
                    '--sysfs-root', self.files.dir, 'list')
 
     def test_agent(self):
-        self.check('nova_gpu.agent.service', 'nova-gpu-agent')
+        self.check('nova_gpu.cmd.agent', 'nova-gpu-agent')
 
     def test_restore(self):
-        self.check('nova_gpu.agent.restore', 'nova-gpu-restore')
+        self.check('nova_gpu.cmd.restore', 'nova-gpu-restore')
 
     def test_exporter(self):
-        self.check('nova_gpu.exporter.service', 'nova-gpu-exporter')
+        self.check('nova_gpu.cmd.exporter', 'nova-gpu-exporter')
 
     def test_reclaimer(self):
-        self.check('nova_gpu.reclaim.service', 'nova-gpu-reclaimer')
+        self.check('nova_gpu.cmd.reclaimer', 'nova-gpu-reclaimer')
 
     def test_defrag(self):
-        self.check('nova_gpu.defrag.service', 'nova-gpu-defrag')
+        self.check('nova_gpu.cmd.defrag', 'nova-gpu-defrag')
 
 
 class QemuHookTest(_ProgramCase):
@@ -169,7 +169,7 @@ class QemuHookTest(_ProgramCase):
             homes[path] = home
             cases.append((name, path, [link] + texts[1:]))
         self.assertRefused(self.run_cases(cases, lambda path: run_program(
-            'nova_gpu.agent.qemu_hook',
+            'nova_gpu.cmd.qemu_hook',
             ['instance-1', 'prepare', 'begin', '-'],
             env={'HOME': homes[path]}, stdin=xml)),
             'nova-gpu-qemu-hook: domain instance-1: ')

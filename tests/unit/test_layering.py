@@ -30,7 +30,8 @@ CORE = 'core'
 CONF = 'conf'
 ADAPTERS = ('agent', 'scheduler', 'sim', 'exporter', 'osc', 'reclaim',
             'defrag')
-TOOLS = ('bench', 'demo', 'testing')
+# cmd: the entry points of the services (console_scripts).
+TOOLS = ('bench', 'cmd', 'demo', 'testing')
 # Top-level packages of OpenStack services and libraries.
 OPENSTACK = ('nova', 'placement', 'oslo_config', 'oslo_log',
              'oslo_messaging', 'oslo_privsep', 'oslo_concurrency',
