@@ -43,7 +43,7 @@ class TestService(test_mdev.MdevTestCase):
 
         used = self.manager.create_mdev(test_mdev.PARENT, 'nvidia-222')
         orphan = self.manager.create_mdev(test_mdev.PARENT, 'nvidia-222')
-        self.define_domain('vm', mdevs=[used])
+        domain = self.define_domain('vm', mdevs=[used])
         path = agent_process.write_config(
             os.path.join(self.host.dir, 'nova-gpu.conf'), url, topic,
             self.host.dir, self.fs.root, host='cmp1',
@@ -57,8 +57,10 @@ class TestService(test_mdev.MdevTestCase):
         self.assertEqual('nova-gpu-agent.cmp1', publisher_id)
         self.assertEqual('gpu.host.report', event_type)
         self.assertEqual('cmp1', payload['host'])
+        # The guest holding it: its domain (a Nova instance's UUID).
         self.assertEqual([{'kind': 'vgpu', 'detail': 'T4-1Q',
-                           'uuid': used}], payload['gpus'][0]['devices'])
+                           'uuid': used, 'instance': domain.UUIDString()}],
+                         payload['gpus'][0]['devices'])
         with open(os.path.join(self.host.dir, 'provider_config',
                                'nova-gpu.yaml')) as f:
             doc = yaml.safe_load(f)
