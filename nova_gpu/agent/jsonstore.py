@@ -4,8 +4,9 @@ What the agent (and the ``qemu`` hook, as root) must find again after a
 reboot: which PFs had SR-IOV VFs enabled (``nova_gpu.agent.sriov``), the
 vGPU type each VF carried (``nova_gpu.agent.vf_types``) and the MIG mode
 the agent set (``nova_gpu.agent.carver``). Each record is one JSON file,
-rewritten whole: written to a temporary file, fsync'd and renamed over the
-old one, so a reader sees the old or the new content, never half of it.
+rewritten whole by ``nova_gpu.atomic_file`` (a temporary file, fsync'd,
+renamed over the old one, the directory fsync'd), so a reader sees the old
+or the new content, never half of it, even after a power cut.
 Writers in several processes (the agent, ``nova-gpu-restore``, the hook)
 take an inter-process lock around read-modify-write. A file that cannot
 be read is moved aside with a warning and the record starts empty: a
@@ -23,15 +24,27 @@ import os
 from oslo_concurrency import lockutils
 from oslo_log import log as logging
 
+from nova_gpu import atomic_file
+
 LOG = logging.getLogger(__name__)
 
 
-def _give_to_dir_owner(path):
+def _dir_owner(path):
+    """``(uid, gid)`` of the directory of ``path`` when root writes in a
+    directory root does not own, else None (the file stays the writer's).
+    """
     if os.geteuid() != 0:
-        return
+        return None
     st = os.stat(os.path.dirname(os.path.abspath(path)))
     if st.st_uid != 0 or st.st_gid != 0:
-        os.chown(path, st.st_uid, st.st_gid)
+        return st.st_uid, st.st_gid
+    return None
+
+
+def _give_to_dir_owner(path):
+    owner = _dir_owner(path)
+    if owner is not None:
+        os.chown(path, *owner)
 
 
 class JsonStore:
@@ -82,7 +95,7 @@ class JsonStore:
             LOG.warning('%s cannot be read (%s): moved to %s, starting '
                         'from an empty record', self.path, e, aside)
             try:
-                os.replace(self.path, aside)
+                atomic_file.rename(self.path, aside)
             except OSError:
                 pass
             return {}
@@ -91,14 +104,11 @@ class JsonStore:
         if self.path is None:
             self._mem = json.loads(json.dumps(data))
             return
-        tmp = '%s.tmp-%d' % (self.path, os.getpid())
-        with open(tmp, 'w', encoding='utf-8') as f:
-            json.dump({'version': self.version, self.key: data}, f,
-                      indent=1, sort_keys=True)
-            f.flush()
-            os.fsync(f.fileno())
-        _give_to_dir_owner(tmp)
-        os.replace(tmp, self.path)
+        # Given to the directory's owner before it takes the record's
+        # name, so the agent never sees a record of root's.
+        atomic_file.write_json(
+            self.path, {'version': self.version, self.key: data},
+            owner=_dir_owner(self.path), indent=1, sort_keys=True)
 
     def load(self):
         """The record (a dict); empty when there is none."""

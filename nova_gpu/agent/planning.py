@@ -9,8 +9,9 @@ the host from the demand the schedulers measure, and the carver
 * published by the schedulers (``gpu.demand.updated`` on ``[gpu_agent]
   demand_topic``, the contract in ``core.notification``), received by a
   notification listener in a pool named after this host, so that every
-  agent gets every publication; the newest one is kept, on disk too, so
-  an agent restart does not forget it;
+  agent gets every publication; the newest one is kept, on disk too
+  (``nova_gpu.atomic_file``: a power cut leaves the old or the new one),
+  so an agent restart does not forget it;
 * else, or when the newest is older than ``carve_demand_max_age``, the
   static ``carve_static_demand`` of the configuration.
 
@@ -38,6 +39,7 @@ from oslo_log import log as logging
 import oslo_messaging as messaging
 
 from nova_gpu.agent import errors
+from nova_gpu import atomic_file
 from nova_gpu.core import exceptions
 from nova_gpu.core import fragmentation
 from nova_gpu.core import host as host_mod
@@ -162,11 +164,8 @@ class DemandSource:
             return
         try:
             os.makedirs(os.path.dirname(self.path), exist_ok=True)
-            tmp = '%s.%d.tmp' % (self.path, os.getpid())
-            with open(tmp, 'w', encoding='utf-8') as f:
-                json.dump({'received': received,
-                           'payload': payload.to_primitive()}, f)
-            os.replace(tmp, self.path)
+            atomic_file.write_json(self.path, {
+                'received': received, 'payload': payload.to_primitive()})
         except OSError as e:  # the demand in memory still counts
             LOG.warning('cannot save the demand to %s: %s', self.path, e)
 

@@ -32,12 +32,16 @@ after the PCI in Placement providers are updated
 stay on both kinds: that is why the agent writes one and never sets traits
 through the API. nova-compute reads the file when it starts
 (``ResourceTracker.__init__``, ``provider_config.get_provider_configs``):
-restart it after the file changed (``write`` says whether it did).
+restart it after the file changed (``write`` says whether it did). The
+file is replaced whole (``nova_gpu.atomic_file``): nova-compute, even after
+a power cut, reads the old file or the new one, never a truncated one.
 """
 
 import os
 
 import yaml
+
+from nova_gpu import atomic_file
 
 SCHEMA_VERSION = '1.0'
 
@@ -72,8 +76,6 @@ def write(inventory, path):
     except OSError:
         pass
     os.makedirs(os.path.dirname(path) or '.', exist_ok=True)
-    tmp = path + '.tmp'
-    with open(tmp, 'w') as f:
-        f.write(text)
-    os.rename(tmp, path)
+    # nova-compute (another user, maybe) reads it: 0o644, as before.
+    atomic_file.write(path, text, mode=0o644)
     return True

@@ -1,6 +1,8 @@
 """Send host GPU reports over oslo.messaging, losing none.
 
-Each report is first written to an outbox directory, then sent, oldest
+Each report is first written to an outbox directory (one file each,
+``nova_gpu.atomic_file``: whole and on disk before it counts as queued, so
+a power cut never leaves an empty or cut-short report), then sent, oldest
 first, as a ``messagingv2`` notification on ``<topic>.info``.
 oslo.messaging's Notifier and its drivers log and drop a send that failed,
 so the agent hands the envelope to the notification transport itself (what
@@ -29,6 +31,7 @@ import uuid
 from oslo_log import log as logging
 import oslo_messaging
 
+from nova_gpu import atomic_file
 from nova_gpu.core import report as report_mod
 
 LOG = logging.getLogger(__name__)
@@ -76,10 +79,7 @@ class ReportPublisher:
         """
         name = '%020d-%s.json' % (report.get('generation', 0),
                                   uuid.uuid4().hex[:8])
-        tmp = os.path.join(self.outbox_dir, '.' + name)
-        with open(tmp, 'w') as f:
-            json.dump(report, f)
-        os.rename(tmp, os.path.join(self.outbox_dir, name))
+        atomic_file.write_json(os.path.join(self.outbox_dir, name), report)
         self._trim()
         return self._flush_within(self.send_timeout)
 
@@ -146,6 +146,13 @@ class ReportPublisher:
                     payload = json.load(f)
             except FileNotFoundError:
                 continue  # trimmed meanwhile: a newer report supersedes it
+            except ValueError as e:
+                # Not one ``publish`` wrote (those are written whole): left
+                # by an older agent cut short by a power cut. It would hold
+                # back every later report; a newer one supersedes it.
+                LOG.warning('dropping unreadable GPU report %s: %s', path, e)
+                _unlink(path)
+                continue
             message = {
                 'message_id': str(uuid.uuid4()),
                 'publisher_id': self.publisher_id,

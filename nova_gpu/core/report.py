@@ -80,11 +80,13 @@ providers, VFs and devices over all GPUs, counted from the lists' lengths
 without reading them), then every field.
 
 Generations: ``generation`` is an integer in ``0 .. MAX_GENERATION``
-(JSON-safe; ``inf``, floats, booleans and strings are refused). The view
-keeps the newest generation per host, but a report never freezes a host:
-see ``nova_gpu.scheduler.view.GpuView.ingest`` for the rule (a new
-``boot_id`` or a held report older than ``[gpu_scheduler]
-generation_reset_after`` lets a lower generation in).
+(JSON-safe; ``inf``, floats, booleans and strings are refused). Every
+receiver (the schedulers' view, the exporter, the reclaimer) keeps the
+newest report per host by one rule, ``replaces``: a higher generation
+replaces the report held; a lower or equal one does so only when it
+comes from a new agent run (another ``boot_id``) or the held report is
+older than the receiver's ``reset_after`` (``[gpu_scheduler]
+generation_reset_after``), so a report never freezes a host.
 """
 
 import dataclasses
@@ -752,6 +754,95 @@ def parse_header(data):
     report it has (a stale replay is refused before its GPUs are read).
     """
     return _Parser(data, None).header()
+
+
+# -- which report a receiver keeps ------------------------------------------
+
+# The verdicts of ``replaces``: why a report replaces the one held ...
+FIRST = 'first'                # nothing held for the host
+NEWER = 'newer'                # a higher generation
+NEW_RUN = 'new_run'            # not higher, but another agent run's
+RESET = 'reset'                # lower, but the held one is too old
+# ... or why it does not.
+DUPLICATE = 'duplicate'        # the held report again (a resend)
+OUT_OF_ORDER = 'out_of_order'  # lower, same run: a late delivery
+REPLACING = frozenset((FIRST, NEWER, NEW_RUN, RESET))
+
+
+@dataclasses.dataclass(frozen=True)
+class Verdict:
+    """What ``replaces`` decided: ``name`` (one of the verdicts above),
+    ``replaces`` and a ``reason`` to log.
+    """
+
+    name: str
+    reason: str
+
+    @property
+    def replaces(self):
+        return self.name in REPLACING
+
+    @property
+    def went_back(self):
+        """Taken although its generation is not higher (worth a WARNING:
+        the agent restarted or its generations went back).
+        """
+        return self.name in (NEW_RUN, RESET)
+
+
+def replaces(held, received, new, now, reset_after):
+    """Whether report ``new`` replaces ``held``, the report a receiver
+    holds for the same host, which it received at ``received``: a
+    ``Verdict``.
+
+    ``held`` and ``new`` are anything with ``generation`` and ``boot_id``
+    (a ``Header``, a ``Report``, a receiver's entry); ``held`` is None
+    when the receiver holds nothing for the host. ``now`` and
+    ``received`` are read on the receiver's clock, ``reset_after`` is in
+    its seconds.
+
+    The one rule every receiver applies, in this order:
+
+    1. nothing held: taken;
+    2. a higher generation: taken, whatever its ``boot_id`` (an agent
+       counts up within a run, and across runs too: milliseconds since
+       the epoch);
+    3. another ``boot_id`` than the held report's: taken, whatever its
+       generation (the agent restarted and may count from a low number).
+       A report *without* ``boot_id`` (an agent release before it, or a
+       version 1 report) proves no new run: a late delivery from the
+       same run looks the same, so it is judged by its generation;
+    4. the same generation (and run): the held report again, as the
+       agent's outbox resends it when the broker's acknowledgement was
+       lost. Ignored: it says nothing new, and taking it would be taken
+       for a fresh report (the scheduler would drop the claims it
+       counted since, a staleness clock would restart);
+    5. a lower generation: a late, out-of-order delivery, ignored, unless
+       the held report arrived more than ``reset_after`` seconds ago: the
+       agent's generations went back (its clock ran ahead and was set
+       back, or it restarted without ``boot_id`` support). A report that
+       old would have been superseded by now had the agent gone on
+       counting from it, so the host's view is not frozen.
+    """
+    if held is None:
+        return Verdict(FIRST, 'no report held')
+    if new.generation > held.generation:
+        return Verdict(NEWER, 'newer than the one held (%d)'
+                       % held.generation)
+    if new.boot_id is not None and new.boot_id != held.boot_id:
+        return Verdict(NEW_RUN, 'comes from a new agent run (boot_id %s, '
+                       'was %s)' % (new.boot_id, held.boot_id))
+    if new.generation == held.generation:
+        return Verdict(DUPLICATE, 'the report held (%d), again'
+                       % held.generation)
+    age = now - received
+    if age > reset_after:
+        return Verdict(RESET, 'the held one (%d) arrived %.0f s ago, more '
+                       'than %s s: the agent\'s generations went back '
+                       '(clock set back?)' % (held.generation, age,
+                                              reset_after))
+    return Verdict(OUT_OF_ORDER, 'older than the one held (%d): out of '
+                   'order' % held.generation)
 
 
 def host_from_dict(data, catalog):

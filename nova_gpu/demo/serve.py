@@ -46,6 +46,8 @@ import traceback
 import urllib.parse
 import warnings
 
+from nova_gpu import atomic_file
+
 ADDRESS = '127.0.0.1'
 CLOUD = 'nova-gpu-demo'
 IMAGE_NAME = 'nova-gpu-demo'
@@ -487,15 +489,14 @@ def create_flavors(case, flavors):
 
 
 def write_clouds_yaml(path, content):
-    """Write ``content`` to ``path`` at once (readers never see half)."""
+    """Write ``content`` to ``path`` at once (readers never see half).
+
+    0o600: it holds the cloud's admin token.
+    """
     import yaml
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix='.clouds-',
-                               suffix='.yaml')
-    with os.fdopen(fd, 'w') as f:
-        yaml.safe_dump(content, f, default_flow_style=False)
-    os.replace(tmp, path)
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    atomic_file.write(path, yaml.safe_dump(content, default_flow_style=False),
+                      mode=0o600)
 
 
 def start(hosts, report_interval=REPORT_INTERVAL, log=print):

@@ -1,8 +1,9 @@
 """The cloud's GPU state as nova-gpu-exporter sees it, and its figures.
 
-``CloudState`` keeps the newest report of every host (the rule of the
-scheduler's view: a higher generation, a new agent run or a held report
-older than ``reset_after`` replaces it) and counts the scheduler's
+``CloudState`` keeps the newest report of every host (by the core's rule,
+``core.report.replaces``, the one the schedulers' view and the reclaimer
+apply: a higher generation, a new agent run or, lower, once the held
+report is older than ``reset_after``, replaces it) and counts the scheduler's
 notifications. ``host_figures`` computes, with the core only, what an
 operator wants to see of a host:
 
@@ -222,7 +223,8 @@ class CloudState:
 
     def ingest_report(self, data):
         """Validate and keep a host report; returns the HostEntry kept, or
-        None when an older report was ignored. Raises ReportError.
+        None when the report was ignored (``core.report.replaces``: a late
+        delivery, or the held report resent). Raises ReportError.
         """
         try:
             parsed = report_mod.parse(data, self.catalog)
@@ -234,10 +236,9 @@ class CloudState:
         with self._lock:
             self.counters['reports'] += 1
             held = self._hosts.get(parsed.host.name)
-            if held is not None and not (
-                    parsed.generation > held.report.generation
-                    or parsed.boot_id != held.report.boot_id
-                    or now - held.received > self.reset_after):
+            if held is not None and not report_mod.replaces(
+                    held.report, held.received, parsed, now,
+                    self.reset_after).replaces:
                 return None
             entry = HostEntry(parsed.host.name, parsed, data, now)
             self._hosts[entry.name] = entry

@@ -21,6 +21,7 @@ older than the allocation) is left out of planning and its GPUs stay
 taken, so it is never evicted on a guess.
 """
 
+import collections
 import dataclasses
 import threading
 import time
@@ -55,10 +56,18 @@ class ServerInfo:
     providers: dict = dataclasses.field(default_factory=dict)
 
 
+class _Held(collections.namedtuple(
+        '_Held', 'generation boot_id received raw')):
+    """A report the store holds, and when it was received."""
+
+    __slots__ = ()
+
+
 class ReportStore:
-    """Newest valid report of every host (the scheduler view's rule: a
-    higher generation, a new agent run or a held report older than
-    ``reset_after`` replaces it).
+    """Newest valid report of every host, by the core's rule
+    (``core.report.replaces``, the one the schedulers' view and the
+    exporter apply: a higher generation, a new agent run or, lower, once
+    the held report is older than ``reset_after``, replaces it).
     """
 
     def __init__(self, catalog, reset_after=180, clock=time.time):
@@ -66,29 +75,31 @@ class ReportStore:
         self.reset_after = reset_after
         self.clock = clock
         self._lock = threading.Lock()
-        self._held = {}  # host -> (generation, boot_id, received, raw)
+        self._held = {}  # host -> _Held
 
     def ingest(self, data):
-        """Keep ``data`` if newer; raises ReportError when it is invalid."""
+        """Keep ``data`` if it replaces the report held
+        (``core.report.replaces``); True when kept. Raises ReportError
+        when it is invalid.
+        """
         parsed = report_mod.parse(data, self.catalog)
         now = self.clock()
         with self._lock:
             held = self._held.get(parsed.host.name)
-            if held is not None and not (
-                    parsed.generation > held[0]
-                    or parsed.boot_id != held[1]
-                    or now - held[2] > self.reset_after):
+            if held is not None and not report_mod.replaces(
+                    held, held.received, parsed, now,
+                    self.reset_after).replaces:
                 return False
-            self._held[parsed.host.name] = (parsed.generation,
-                                            parsed.boot_id, now, data)
+            self._held[parsed.host.name] = _Held(
+                parsed.generation, parsed.boot_id, now, data)
             return True
 
     def fresh(self, stale_after):
         """{host: raw report} of the reports newer than ``stale_after`` s."""
         now = self.clock()
         with self._lock:
-            return {name: held[3] for name, held in self._held.items()
-                    if now - held[2] <= stale_after}
+            return {name: held.raw for name, held in self._held.items()
+                    if now - held.received <= stale_after}
 
 
 @dataclasses.dataclass

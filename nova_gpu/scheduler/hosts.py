@@ -508,16 +508,18 @@ class Hosts:
         the report's header (``core.report.parse_header``), before its
         GPUs are read.
 
-        Generations never freeze a host. A report whose generation is
-        lower than the one held is an out-of-order delivery, ignored,
-        unless (a) it carries another ``boot_id`` than the held one (the
-        agent restarted, whatever its clock says) or (b) the held report
-        arrived more than ``[gpu_scheduler] generation_reset_after``
-        seconds ago (an agent whose clock ran ahead, e.g. a year, and was
-        set back; a report that old would have been superseded by now if
-        the agent were still counting up from it). Both are logged at
-        WARNING. Generations that are not integers in 0..2**53-1 (``inf``,
-        floats, strings) are refused by the parser.
+        Which report is kept is the core's rule
+        (``core.report.replaces``), the one the exporter and the reclaimer
+        apply too: a higher generation replaces the held report; one
+        that is not higher only when it carries another ``boot_id`` (the
+        agent restarted), or, lower, when the held report arrived more
+        than ``[gpu_scheduler] generation_reset_after`` seconds ago (the
+        agent's generations went back, e.g. its clock ran a year ahead and
+        was set right). Both are logged at WARNING. The held report
+        resent (same generation and run: the claims counted since are
+        kept) and a late delivery are ignored. Generations that are not
+        integers in 0..2**53-1 (``inf``, floats, strings) are refused by
+        the parser.
         """
         header = report_mod.parse_header(report)
         held = self._hosts.get(header.nodename)
@@ -564,37 +566,25 @@ class Hosts:
 
     def _newer(self, old, entry, log=True):
         """Whether ``entry`` (a HostEntry or a report's
-        ``core.report.Header``) replaces ``old`` (see ``ingest``).
+        ``core.report.Header``) replaces ``old``: ``core.report.replaces``.
 
         ``log``: say why (a header's answer is not logged: the report may
         still be refused once read).
         """
-        if entry.generation >= old.generation:
-            return True
-        why = self._reset(old, entry)
-        if log and why is not None:
-            LOG.warning('GPU report %d of %s is older than the one held '
-                        '(%d) but %s: accepted', entry.generation,
-                        entry.nodename, old.generation, why)
-        elif log:
-            LOG.debug('Ignoring GPU report %d of %s: have %d (out of '
-                      'order)', entry.generation, entry.nodename,
-                      old.generation)
-        return why is not None
-
-    def _reset(self, old, entry):
-        """Why a lower generation than ``old``'s replaces it, or None."""
-        if entry.boot_id is not None and entry.boot_id != old.boot_id:
-            return ('comes from a new agent run (boot_id %s, was %s)'
-                    % (entry.boot_id, old.boot_id))
-        age = self.clock() - old.received
         bound = CONF.gpu_scheduler.generation_reset_after
-        if age > bound:
-            return ('the held one arrived %.0f s ago (more than '
-                    '[gpu_scheduler] generation_reset_after = %d s); the '
-                    'agent\'s generations went back (clock set back?)'
-                    % (age, bound))
-        return None
+        verdict = report_mod.replaces(old, old.received, entry,
+                                      self.clock(), bound)
+        if log and verdict.went_back:
+            LOG.warning('GPU report %d of %s is not newer than the one '
+                        'held (%d) but %s: accepted%s', entry.generation,
+                        entry.nodename, old.generation, verdict.reason,
+                        ' ([gpu_scheduler] generation_reset_after = %d s)'
+                        % bound if verdict.name == report_mod.RESET
+                        else '')
+        elif log and not verdict.replaces:
+            LOG.debug('Ignoring GPU report %d of %s: %s', entry.generation,
+                      entry.nodename, verdict.reason)
+        return verdict.replaces
 
     # -- provider UUIDs -----------------------------------------------------
 

@@ -121,6 +121,21 @@ class FiguresTest(testtools.TestCase):
         self.assertIsNotNone(self.state.ingest_report(
             mixed_report(2, boot_id='b2')))
 
+    def test_generations_by_the_core_rule(self):
+        # core.report.replaces, as the schedulers apply it: a report
+        # without boot_id (an older agent) is no new agent run ...
+        self.state.ingest_report(mixed_report(5))
+        self.assertIsNone(self.state.ingest_report(
+            mixed_report(4, boot_id=None)))
+        # ... the held report resent is not taken again, however late ...
+        self.clock.now += 301
+        self.assertIsNone(self.state.ingest_report(mixed_report(5)))
+        self.assertEqual(1000.0, self.state.hosts()['gpu-1'].received)
+        # ... and past reset_after a lower generation is.
+        self.assertIsNotNone(self.state.ingest_report(
+            mixed_report(4, boot_id=None)))
+        self.assertIsNone(self.state.hosts()['gpu-1'].report.boot_id)
+
     def test_bad_report_counted_and_other_hosts_kept(self):
         self.state.ingest_report(mixed_report())
         bad = mixed_report(name='bad')

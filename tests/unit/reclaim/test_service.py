@@ -237,6 +237,27 @@ class InventoryTest(testtools.TestCase):
         self.assertRaises(report_mod.ReportError, store.ingest,
                           {'version': 2})
 
+    def test_store_keeps_reports_by_the_core_rule(self):
+        # core.report.replaces, as the schedulers apply it.
+        clock = Clock()
+        store = inventory.ReportStore(fakes.CATALOG, 100, clock)
+
+        def report(generation, boot_id, used=()):
+            data = fakes.report('h0', used, generation)
+            if boot_id is not None:
+                data['boot_id'] = boot_id
+            return data
+        self.assertTrue(store.ingest(report(5, 'run-1', (0,))))
+        # No boot_id (an older agent): no new agent run.
+        self.assertFalse(store.ingest(report(4, None)))
+        # The held report resent: not taken again, however late.
+        clock.now += 101
+        self.assertFalse(store.ingest(report(5, 'run-1', (0,))))
+        self.assertEqual({}, store.fresh(100))
+        # A restart counting from low is taken at once.
+        self.assertTrue(store.ingest(report(1, 'run-2')))
+        self.assertEqual('run-2', store.fresh(100)['h0']['boot_id'])
+
 
 class EventsTest(testtools.TestCase):
 

@@ -150,6 +150,25 @@ class ViewTest(base.TestCase):
         # Provider UUIDs survive a new report.
         self.assertEqual({'h1-rp0': 0}, entry.uuids)
 
+    def test_report_resent_keeps_the_claims_counted_since(self):
+        # The agent's outbox resends a report whose acknowledgement was
+        # lost: the same generation of the same run says nothing new, so
+        # the claims counted since it came stay (core.report.replaces).
+        report = base.gpu_report('h1', 'A100-40GB', count=1,
+                                 vgpu_type='A100-10C', used={0: 3})
+        report['boot_id'] = 'run-1'
+        entry = self.view.ingest(report)
+        item = self.view.ranking(entry, STOCK).items[0]
+        self.view.claim(entry, item.choice.placement)
+        self.assertIs(entry, self.view.ingest(dict(report)))
+        self.assertEqual((), self.view.ranking(entry, STOCK).items)
+        # Without boot_id alike.
+        del report['boot_id']
+        entry = self.view.ingest(dict(report, generation=2))
+        self.view.claim(entry, item.choice.placement)
+        self.assertIs(entry, self.view.ingest(dict(report, generation=2)))
+        self.assertEqual((), self.view.ranking(entry, STOCK).items)
+
     def test_older_report_is_ignored(self):
         self.add_host('h1', 'A100-40GB', generation=5)
         entry = self.view.ingest(base.gpu_report('h1', 'A100-40GB',
