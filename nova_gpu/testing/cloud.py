@@ -37,11 +37,13 @@ script (the all-in-one demo).
 """
 
 import collections
+import contextlib
 import dataclasses
 import itertools
 import os
 import re
 import sys
+import threading
 import time
 
 import fixtures
@@ -60,6 +62,7 @@ from nova_gpu.core import request as request_mod
 from nova_gpu.scheduler import flavor as flavor_mod
 from nova_gpu.scheduler import listener
 from nova_gpu.scheduler import view as view_mod
+from nova_gpu.testing import green
 from nova_gpu.testing import service_conf
 
 CONF = cfg.CONF
@@ -479,6 +482,65 @@ class _PatientTargetCell:
         return self._entered.__exit__(*exc_info)
 
 
+class _ReaderPreferringLock:
+    """``fasteners.ReaderWriterLock``'s interface, readers never wait on a
+    writer that only waits.
+
+    Nova's ``CellDatabases`` fixture guards its one global database state
+    with a writer-preferring lock, and its ``DatabaseWriteLock`` fixture
+    serialises database writers with another lock. With native threads
+    (Nova 34's default mode) a thread inside a database write that enters
+    a cell waits for the cell lock behind a queued writer, while the
+    writer waits for a reader that waits for that database write: the
+    whole cloud stops (seen under concurrent boots, NoValidHost ones
+    burying their instances in cell0). Readers first breaks the cycle; as
+    there, a reader cannot become a writer, a writer may read, both nest.
+    """
+
+    def __init__(self):
+        self._cond = threading.Condition()
+        self._readers = collections.Counter()   # thread -> depth
+        self._writer = None
+        self._writer_depth = 0
+
+    @contextlib.contextmanager
+    def read_lock(self):
+        me = threading.get_ident()
+        with self._cond:
+            while self._writer not in (None, me):
+                self._cond.wait()
+            self._readers[me] += 1
+        try:
+            yield self
+        finally:
+            with self._cond:
+                self._readers[me] -= 1
+                if not self._readers[me]:
+                    del self._readers[me]
+                self._cond.notify_all()
+
+    @contextlib.contextmanager
+    def write_lock(self):
+        me = threading.get_ident()
+        with self._cond:
+            if me in self._readers and self._writer != me:
+                raise RuntimeError('Reader %s to writer privilege '
+                                   'escalation not allowed' % me)
+            while self._writer not in (None, me) or set(self._readers) - {
+                    me}:
+                self._cond.wait()
+            self._writer = me
+            self._writer_depth += 1
+        try:
+            yield self
+        finally:
+            with self._cond:
+                self._writer_depth -= 1
+                if not self._writer_depth:
+                    self._writer = None
+                self._cond.notify_all()
+
+
 def _patient_cell_switching(case):
     import nova.context
     target_cell = nova.context.target_cell
@@ -695,6 +757,12 @@ class GpuCloudTestCase(test_vgpu.VGPUTestBase):
         return first
 
     def setUp(self):
+        if not green.is_green():
+            # Before Nova's setUp makes its CellDatabases fixture; under
+            # eventlet (no preemption) Nova's own lock cannot meet it.
+            self.useFixture(fixtures.MockPatchObject(
+                sys.modules['nova.tests.fixtures.nova'], 'ReaderWriterLock',
+                _ReaderPreferringLock))
         super().setUp()
         _patient_cell_switching(self)
         # Nova's fake libvirt lists mdevs as a live view of its dict; in
