@@ -733,6 +733,26 @@ class GpuCloudTestCase(test_vgpu.VGPUTestBase):
         request.get_alias_from_config()
         return result
 
+    @property
+    def _current_host(self):
+        """The host whose driver is making an mdev, per thread.
+
+        Nova's ``VGPUTestBase`` notes it in one attribute of the test just
+        before the driver calls ``_create_mdev``; with builds on several
+        hosts at once in native threads, one build's note names another
+        host and its mdev lands in that host's fake libvirt. The note is
+        kept per thread (green thread under eventlet) instead.
+        """
+        return getattr(self._thread_hosts(), 'name', 'host1')
+
+    @_current_host.setter
+    def _current_host(self, name):
+        self._thread_hosts().name = name
+
+    def _thread_hosts(self):
+        return self.__dict__.setdefault('_hosts_by_thread',
+                                        threading.local())
+
     def _setup_scheduler_service(self):
         self.use_service_conf(service_conf.SCHEDULER)
         self._generations = itertools.count(1)
