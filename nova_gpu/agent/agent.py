@@ -27,6 +27,7 @@ from nova_gpu.agent import sriov as sriov_mod
 from nova_gpu.agent import sysfs as sysfs_mod
 from nova_gpu.agent import vf_types as vf_types_mod
 from nova_gpu.core import catalog as catalog_mod
+from nova_gpu.core import report as report_mod
 
 LOG = logging.getLogger(__name__)
 
@@ -82,6 +83,7 @@ class Agent:
         self._generation = 0
         self.boot_id = uuid.uuid4().hex
         self._placement = None
+        self._warned_heads = False
         # Carve to demand ([gpu_agent] carve_enabled): the demand the
         # service's listener feeds, and the loop that plans with it.
         self.demand = None
@@ -174,11 +176,19 @@ class Agent:
         if self.conf.gpu_agent.placement_cloud:
             try:
                 if self._placement is None:
-                    self._placement = placement.PlacementReader(
+                    self._placement = placement.PlacementClient(
                         placement.connect(self.conf.gpu_agent.placement_cloud))
                 self._placement.annotate(report)
             except Exception as e:  # Placement is optional for the agent
                 LOG.warning('cannot read Placement: %s', e)
+        elif not self._warned_heads and any(
+                p.get('kind') == report_mod.VF_MDEV
+                for g in report['gpus'] for p in g.get('providers') or ()):
+            self._warned_heads = True
+            LOG.warning('[gpu_agent] placement_cloud is unset: multi-GPU '
+                        'flavors find no candidate on the GPUs whose VFs '
+                        'are providers (the agent keeps their set traits '
+                        'in Placement)')
         path = self.conf.gpu_agent.provider_config_file
         changed = False
         if path:
@@ -197,6 +207,20 @@ class Agent:
                 # GPUs NVML cannot read now, left out of the report.
                 'unreadable_gpus': inventory.unreadable,
                 'left_out_gpus': [g['address'] for g in inventory.left_out]}
+
+    def keep_heads(self):
+        """A quick pass between cycles: move the set traits of SR-IOV +
+        mdev GPUs off the VFs guests took since (``[gpu_agent]
+        heads_interval``), from the last cycle's providers: one Placement
+        request per host when nothing moved. Never raises.
+        """
+        if self._placement is None or self._placement.last is None:
+            return 0
+        try:
+            return self._placement.keep_heads(*self._placement.last)
+        except Exception as e:  # the next cycle reads everything again
+            LOG.warning('cannot move the GPU set traits: %s', e)
+            return 0
 
     def _add_layouts(self, report):
         """Add each carved GPU's layout to ``report`` (``layout``).

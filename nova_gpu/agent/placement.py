@@ -1,17 +1,28 @@
-"""Read nova-compute's GPU resource providers from Placement (openstacksdk).
+"""nova-compute's GPU resource providers in Placement (openstacksdk).
 
 nova-compute owns these providers (trait ``OWNER_NOVA``; it replaces the
 traits of its PCI-in-Placement providers after each ``[compute]
-resource_provider_association_refresh``), so the agent only *reads* them: to
-put each provider's UUID in the report and to log providers nova-compute
-has not created yet. Topology traits reach the providers through the
-provider config file (``provider_config``), never through this API.
+resource_provider_association_refresh``). The agent reads them, to put
+each provider's UUID in the report and to log providers nova-compute has
+not created yet, and writes one thing: the set traits of the *heads* of
+GPUs whose VFs are providers (``core.gpu_sets``), one free VF per GPU,
+moved when a guest takes it. Only a VF mdev (VGPU) provider gets them:
+the libvirt driver only adds ``OWNER_NOVA`` to those and keeps the rest
+(``_ensure_pgpu_providers``), so they stay. Traits that never move
+(topology, the set traits of GPUs that stand for themselves) reach the
+providers through the provider config file (``provider_config``).
 """
+
+from urllib import parse
 
 from oslo_log import log as logging
 
+from nova_gpu.core import gpu_sets
+from nova_gpu.core import report as report_mod
+
 LOG = logging.getLogger(__name__)
-TRAITS_MICROVERSION = '1.6'
+# 1.14: providers' root_provider_uuid and the in_tree filter.
+MICROVERSION = '1.14'
 
 
 def connect(cloud):
@@ -20,31 +31,47 @@ def connect(cloud):
     return openstack.connect(cloud=cloud)
 
 
-class PlacementReader:
+class PlacementClient:
+    """The agent's reads of its host's providers and its head traits."""
+
     def __init__(self, conn):
         self.placement = conn.placement
+        self._known_traits = set()
+        # (report, providers) of the last annotate, for quick head passes.
+        self.last = None
 
     def providers(self, names):
-        """{name: {'uuid', 'generation', 'traits', 'owner_nova'}} of the
-        providers that exist; missing names are left out.
+        """{name: {'uuid', 'generation', 'root', 'traits', 'owner_nova'}}
+        of the providers that exist; missing names are left out.
         """
         # Imported here: only a host that reads Placement needs os-traits
         # (with openstacksdk); the agent and the CLI run without them.
         import os_traits
         found = {}
         for name in names:
-            rps = list(self.placement.resource_providers(name=name))
+            rps = self._get('/resource_providers?name=%s'
+                            % parse.quote(name))['resource_providers']
             if not rps:
                 continue
             rp = rps[0]
-            resp = self.placement.get(
-                '/resource_providers/%s/traits' % rp.id,
-                microversion=TRAITS_MICROVERSION)
-            traits = sorted(resp.json().get('traits', ()))
-            found[name] = {'uuid': rp.id, 'generation': rp.generation,
+            body = self._get('/resource_providers/%s/traits' % rp['uuid'])
+            traits = sorted(body.get('traits', ()))
+            found[name] = {'uuid': rp['uuid'],
+                           'generation': body['resource_provider_generation'],
+                           'root': rp['root_provider_uuid'],
                            'traits': traits,
                            'owner_nova': os_traits.OWNER_NOVA in traits}
         return found
+
+    def _get(self, url):
+        # Plain REST, not the SDK's resource proxies: the same calls work
+        # through any keystoneauth adapter of the placement service.
+        resp = self.placement.get(url, microversion=MICROVERSION,
+                                  raise_exc=False)
+        if resp.status_code != 200:
+            raise RuntimeError('GET %s: HTTP %d %s'
+                               % (url, resp.status_code, resp.text[:200]))
+        return resp.json()
 
     def annotate(self, report):
         """Add the providers' UUIDs (and what is missing) to a report.
@@ -66,7 +93,89 @@ class PlacementReader:
             LOG.warning('GPU providers not in Placement yet (nova-compute '
                         'creates them): %s', ', '.join(missing))
         report.setdefault('agent', {})['placement_missing'] = missing
+        report['agent']['heads_moved'] = self.keep_heads(report, found)
+        self.last = (report, found)
         return report
+
+    def keep_heads(self, report, found):
+        """Put each SR-IOV + mdev GPU's set traits on its heads, free VFs
+        (``core.gpu_sets.heads``); return how many providers' traits
+        changed.
+
+        ``found``: ``providers``'s answer for the report's providers,
+        updated in place with what is written, so that the agent's quick
+        passes between cycles (``Agent.keep_heads``) cost one request per
+        host when no head moves. Free is Placement's word (``GET
+        /resource_providers?in_tree=&resources=VGPU:1``: room for one more
+        vGPU), so a VF claimed for a guest still being built is not free.
+        A generation conflict (nova-compute or a claim wrote the provider
+        meanwhile) reads the provider again and retries once; a second
+        one waits for the next pass.
+        """
+        vfs = {p['name'] for p in _providers(report)
+               if p.get('kind') == report_mod.VF_MDEV and p['name'] in found}
+        if not vfs:
+            return 0
+        free = set()
+        roots = {found[n]['root'] for n in vfs if found[n]['root']}
+        for root in sorted(roots):
+            free.update(rp['name'] for rp in self._get(
+                '/resource_providers?in_tree=%s&resources=%s:1'
+                % (root, report_mod.VGPU_RC))['resource_providers'])
+        current = {n for n in vfs
+                   if any(gpu_sets.is_set_trait(t)
+                          for t in found[n]['traits'])}
+        plan = gpu_sets.heads(report['gpus'], free.__contains__, current)
+        changed = 0
+        for name, wanted in sorted(plan.items()):
+            info = found.get(name)
+            if info is not None and self._set_traits(name, info, wanted):
+                changed += 1
+        return changed
+
+    def _set_traits(self, name, info, wanted):
+        """Make the set traits of provider ``info`` be ``wanted``; True if
+        that took a write.
+        """
+        for attempt in range(2):
+            have = {t for t in info['traits'] if gpu_sets.is_set_trait(t)}
+            if have == set(wanted):
+                return False
+            self._ensure_traits(wanted)
+            traits = sorted((set(info['traits']) - have) | set(wanted))
+            resp = self.placement.put(
+                '/resource_providers/%s/traits' % info['uuid'],
+                json={'traits': traits,
+                      'resource_provider_generation': info['generation']},
+                microversion=MICROVERSION, raise_exc=False)
+            if resp.status_code == 200:
+                body = resp.json()
+                info['traits'] = sorted(body['traits'])
+                info['generation'] = body['resource_provider_generation']
+                LOG.info('GPU set traits %s %s',
+                         'on' if wanted else 'off', name)
+                return True
+            if resp.status_code != 409:
+                raise RuntimeError('setting the set traits of %s: HTTP %d '
+                                   '%s' % (name, resp.status_code,
+                                           resp.text[:200]))
+            # Written meanwhile: read it again (its traits too).
+            body = self._get('/resource_providers/%s/traits' % info['uuid'])
+            info['traits'] = sorted(body['traits'])
+            info['generation'] = body['resource_provider_generation']
+        LOG.debug('set traits of %s: generation conflicts, next pass', name)
+        return False
+
+    def _ensure_traits(self, traits):
+        """Custom traits exist before a provider names them."""
+        for trait in sorted(set(traits) - self._known_traits):
+            resp = self.placement.put('/traits/%s' % trait,
+                                      microversion=MICROVERSION,
+                                      raise_exc=False)
+            if resp.status_code not in (201, 204):
+                raise RuntimeError('creating trait %s: HTTP %d'
+                                   % (trait, resp.status_code))
+            self._known_traits.add(trait)
 
 
 def _providers(report):

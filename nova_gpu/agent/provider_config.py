@@ -42,33 +42,56 @@ import os
 import yaml
 
 from nova_gpu import atomic_file
+from nova_gpu.core import gpu_sets
 
 SCHEMA_VERSION = '1.0'
 
 
 def document(inventory):
-    providers = []
+    """The provider config of a discovered host (``HostInventory``)."""
     by_index = inventory.providers()
-    for gpu in inventory.gpus:
-        traits = sorted(gpu.traits())
-        for provider in by_index[gpu.index]:
-            providers.append({
-                'identification': {'name': provider['name']},
-                'traits': {'additional': traits}})
+    return document_of([{'index': g.index, 'providers': by_index[g.index],
+                         'traits': g.traits()} for g in inventory.gpus])
+
+
+def document_of(gpus):
+    """The provider config of ``gpus`` (``index``, ``providers`` as the
+    report lists them, topology ``traits``): each GPU's topology traits on
+    every provider of it, and the set traits of the GPUs that stand for
+    themselves in multi-GPU requests (``core.gpu_sets.static_traits``;
+    the heads of GPUs whose VFs are providers move, so the agent keeps
+    those in Placement, ``agent.placement``).
+    """
+    sets = gpu_sets.static_traits(gpus)
+    providers = []
+    for gpu in gpus:
+        for provider in gpu['providers']:
+            traits = set(gpu['traits']) | sets.get(provider['name'], set())
+            if traits:  # Nova's schema wants something to add
+                providers.append({
+                    'identification': {'name': provider['name']},
+                    'traits': {'additional': sorted(traits)}})
     return {'meta': {'schema_version': SCHEMA_VERSION},
             'providers': providers}
 
 
-def render(inventory):
+def render(document):
     return ('# Written by nova-gpu-agent; do not edit. GPU topology traits '
             'for nova-compute.\n'
-            + yaml.safe_dump(document(inventory), default_flow_style=False,
+            + yaml.safe_dump(document, default_flow_style=False,
                              sort_keys=False))
 
 
 def write(inventory, path):
-    """Write the file if its content changed; return True if it did."""
-    text = render(inventory)
+    """Write the file of ``inventory`` if its content changed; return True
+    if it did.
+    """
+    return write_document(document(inventory), path)
+
+
+def write_document(doc, path):
+    """Write ``doc`` to ``path`` if that changes it; True if it did."""
+    text = render(doc)
     try:
         with open(path) as f:
             if f.read() == text:

@@ -12,6 +12,7 @@ file and publishes the host report.
 
 import os
 import sys
+import time
 
 from oslo_log import log as logging
 
@@ -55,6 +56,25 @@ def _privsep_in_process_if_root():
     if os.geteuid() == 0:
         # Already root (the service usually is): no privsep daemon needed.
         privsep.use_in_process()
+
+
+def _wait_keeping_heads(agent, stop, interval, heads_interval):
+    """Wait ``interval`` s for the next cycle (or a stop), moving the
+    set traits of SR-IOV + mdev GPUs every ``heads_interval`` s meanwhile
+    (0: only at the cycles): a guest that took a head must not keep its
+    GPU out of multi-GPU requests until the next cycle.
+    """
+    deadline = time.monotonic() + interval
+    while not stop.is_set():
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return
+        if not heads_interval or heads_interval >= left:
+            stop.wait(left)
+            return
+        if stop.wait(heads_interval):
+            return
+        agent.keep_heads()
 
 
 def main(argv=None):
@@ -107,7 +127,8 @@ def main(argv=None):
                 LOG.exception('GPU agent cycle failed; retrying next cycle')
             if not opts.reconcile_interval:
                 break
-            stop.wait(opts.reconcile_interval)
+            _wait_keeping_heads(agent, stop, opts.reconcile_interval,
+                                opts.heads_interval)
     finally:
         if demand is not None:
             demand.stop()

@@ -32,6 +32,8 @@ PARTS = (
     ('broker', 'scheduling and reporting with the broker up, stopped, '
                'hung'),
     ('flood', 'agent cycles and metrics under a connection flood'),
+    ('multigpu', '1, 2, 4 and 8 devices per server on 8-GPU hosts, '
+                 'every path'),
 )
 RESULTS = os.path.join(os.path.dirname(__file__), '..', '..', 'doc',
                        'source', 'results', 'reliability.md')

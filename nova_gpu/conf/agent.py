@@ -124,8 +124,22 @@ opts = [
                help='clouds.yaml entry (openstacksdk) used to read the GPU '
                     'resource providers from Placement, to add their UUIDs '
                     'to the report and log the ones nova-compute has not '
-                    'created yet. The agent never writes to Placement. '
-                    'Unset: Placement is not read.'),
+                    'created yet, and to keep the set traits of multi-GPU '
+                    'flavors on one free VF of each GPU whose VFs are '
+                    'providers (SR-IOV + mdev: A100/H100 vGPU 16, '
+                    'MIG-backed vGPUs); the only write the agent makes. '
+                    'Needs a user that may read providers and set their '
+                    'traits (the placement service user, or admin). '
+                    'Unset: Placement is not read, and multi-GPU flavors '
+                    'find no candidate on such GPUs.'),
+    cfg.IntOpt('heads_interval', default=5, min=0,
+               help='Seconds between the quick passes that move the set '
+                    'traits of multi-GPU flavors off VFs guests took, on '
+                    'GPUs whose VFs are providers (needs placement_cloud): '
+                    'until then such a GPU takes no new multi-GPU server '
+                    'beyond its other heads. One Placement request per '
+                    'pass when nothing moved. 0: only at each '
+                    'reconcile_interval cycle.'),
     cfg.StrOpt('metrics_listen', default='',
                sample_default='127.0.0.1:9835',
                help='ADDRESS:PORT where the agent serves Prometheus '

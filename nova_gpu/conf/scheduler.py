@@ -85,28 +85,20 @@ opts = [
                     'report from a new agent run (another boot_id) is '
                     'accepted at once. Keep it above the agent\'s '
                     'reconcile_interval.'),
-    cfg.IntOpt('max_gpu_count', default=4, min=1, max=8,
+    cfg.IntOpt('max_gpu_count', default=8, min=1, max=8,
                help='The most GPU devices one flavor may ask with '
-                    'gpu:count. Each device is one Placement request group '
-                    'with group_policy=isolate, and Placement\'s time to '
-                    'list allocation candidates grows about as '
-                    'providers**groups per host: on an 8-GPU host with one '
-                    'provider per GPU (PF mdev, vendor-VFIO pools, whole '
-                    'GPUs) 4 groups take 0.3 s with Placement\'s defaults, '
-                    '6 groups about a minute; where Nova makes one provider '
-                    'per VF (SR-IOV + mdev, 4 VFs a GPU: 32 providers) 4 '
-                    'groups took 98 s even with max_allocation_candidates = '
-                    '1000, so keep it at 2 or 3 there. Raise it to 6 only '
-                    'with [placement] '
-                    'max_allocation_candidates = 1000, '
-                    'allocation_candidates_generation_strategy = '
-                    'breadth-first and [workarounds] '
-                    'optimize_for_wide_provider_trees = true in '
-                    'placement.conf; to 8 only if multi-device flavors ask '
-                    'whole GPUs or vGPU types of one instance per GPU (8 '
-                    'time-sliced vGPUs take minutes even then). Read by the '
-                    'API validator in nova-api and by nova-scheduler: set '
-                    'it the same for both.'),
+                    'gpu:count. Each device is one Placement request '
+                    'group; with the set traits the flavors ask '
+                    '(doc/source/scheduler.rst, "Multi-GPU flavors and '
+                    'Placement") Placement walks at most (G-N+1)**N '
+                    'combinations per host of G GPUs, one provider per GPU '
+                    'on every path, which lists 8 devices on an 8-GPU host '
+                    'in well under a second. Flavors without them (plain '
+                    'resourcesN groups) cost providers**N per host: '
+                    'minutes for 4 vGPUs where Nova makes one provider per '
+                    'VF, so lower this where such flavors must stay. Read '
+                    'by the API validator in nova-api and by '
+                    'nova-scheduler: set it the same for both.'),
     cfg.StrOpt('candidate_order', default='every_host',
                choices=[
                    ('every_host',

@@ -21,7 +21,7 @@ Grammar (values are case-sensitive except units)::
     gpu:kind=vgpu|mig|whole        what to serve gpu:memory with (default
                                    vgpu); whole alone asks passthrough GPUs
     gpu:count=<1..max_gpu_count>   devices, each on its own physical GPU
-                                   (default limit 4, at most 8: see
+                                   (default limit 8, at most 8: see
                                    MAX_COUNT)
     gpu:model=<model>[,<model>..]  allowed GPU models (catalog names/aliases)
     gpu:topology=any|numa|nvlink   all devices on one NUMA node / NVLinked
@@ -61,6 +61,7 @@ import math
 import re
 
 from nova_gpu.core import exceptions
+from nova_gpu.core import gpu_sets
 from nova_gpu.core import host as host_mod
 from nova_gpu.core import report as report_mod
 from nova_gpu.core import request as request_mod
@@ -78,7 +79,7 @@ PATH_PASSTHROUGH = 'passthrough'  # the whole GPU, PCI in Placement
 PATHS = (PATH_MDEV, PATH_VFIO, PATH_PASSTHROUGH)
 
 
-DEFAULT_MAX_COUNT = 4  # [gpu_scheduler] max_gpu_count's default
+DEFAULT_MAX_COUNT = 8  # [gpu_scheduler] max_gpu_count's default
 
 
 @dataclasses.dataclass(frozen=True)
@@ -110,24 +111,19 @@ class PathNames:
                    opts.max_gpu_count)
 
 
-MAX_COUNT = 8
+MAX_COUNT = gpu_sets.MAX_COUNT
 """The most devices ``gpu:count`` can ever ask (``max_gpu_count`` caps).
 
-Each device of a multi-GPU flavor is its own Placement request group
-(``resourcesN:<rc>=1`` with ``group_policy=isolate``): a GPU provider holds
-one whole GPU or the vGPUs of one physical GPU, and Placement never splits
-one group's amount of a resource class across providers, so N devices on N
-distinct GPUs cannot be one group with a count. Placement walks the
-cartesian product of the groups' providers, G**N per host of G GPUs, and
-only then drops the combinations that reuse a provider. Measured on the
-in-process cloud, 8-GPU host (doc/source/scheduler.rst, "Multi-GPU flavors
-and Placement"): 4 groups take 0.3 s with Placement's defaults, 6 groups
-about a minute, 8 groups several minutes; with Placement tuned
-(``max_allocation_candidates``, breadth-first, the wide-tree workaround),
-6 groups take about a second, 8 groups 4 s when each GPU holds one device
-(whole GPUs, full-GPU vGPU types) but two minutes when each GPU offers
-4 time-sliced vGPUs. Beyond 8 the hosts with that many GPUs are rare and
-every smaller host with enough vGPU capacity is enumerated in vain.
+Each device of a multi-GPU flavor is its own Placement request group: a
+GPU provider holds one whole GPU or the vGPUs of one physical GPU, and
+Placement never splits one group's amount of a resource class across
+providers, so N devices on N distinct GPUs cannot be one group with a
+count. Placement walks the cartesian product of the groups' providers and
+only then drops the combinations that reuse a provider; the set traits of
+``core.gpu_sets`` (one stand-in provider per GPU, group k on GPUs k to
+G-N+k) keep that product at (G-N+1)**N per host of G GPUs, which is why
+the flavors ask them (``placement_extra_specs``). Beyond 8 the hosts with
+that many GPUs are rare and the traits per provider grow quadratically.
 """
 
 # Values are printable ASCII; numbers are ASCII digits (Python's int() and
@@ -190,6 +186,8 @@ class GpuSpec:
     problem: str = None
     sizes: tuple = ()  # device memory (MiB) of each need-based alternative
     path: str = PATH_MDEV  # one of PATHS
+    # Schedulable but slow: what to change (logged once per flavor).
+    advice: str = None
 
     @functools.cached_property
     def per_model(self):
@@ -282,8 +280,7 @@ def _count(catalog, key, value, names):
     if not 1 <= count <= limit:
         raise ExtraSpecError(
             key, value, 'must be an integer from 1 to %d (ASCII digits): '
-            'each device is one isolated Placement request group, and '
-            'Placement\'s time to list candidates grows as GPUs**groups '
+            'each device is one Placement request group, on its own GPU '
             '(limit: [gpu_scheduler] max_gpu_count, at most %d)'
             % (limit, MAX_COUNT))
     return count
@@ -432,48 +429,101 @@ def alias_counts(extra_specs):
     return result
 
 
-def placement_extra_specs(spec, names):
+def placement_extra_specs(spec, names, sets=True):
     """The Placement / PCI extra specs Nova needs for ``spec``.
 
-    mdev vGPUs: several devices are one isolated request group each
-    (``resourcesN:VGPU=1``, ``group_policy=isolate``): each mdev parent is
-    its own provider, and Placement never splits one group's amount of a
-    resource class across providers.
+    One device: ``resources:VGPU=1`` (mdev vGPUs) or
+    ``pci_passthrough:alias=<alias>:1`` (vendor-VFIO vGPUs, whole GPUs:
+    PCI in Placement).
 
-    vendor-VFIO vGPUs and whole GPUs are PCI devices tracked by PCI in
-    Placement: ``pci_passthrough:alias=<alias>:N``. Nova turns an alias
-    count of N into N request groups of one device each
+    N devices on N GPUs: N request groups of one device each, group k
+    requiring ``core.gpu_sets.trait(N, k)`` so that Placement walks one
+    stand-in provider per GPU and GPUs k to G-N+k only (see gpu_sets).
+    mdev vGPUs: ``resourcesK:VGPU=1`` with ``traitK:<trait>=required``
+    (K = k + 1) and ``group_policy=isolate`` (a PF mdev parent may carry
+    two groups' traits and hold two vGPUs). PCI paths: one alias per
+    device, ``gpu_sets.alias_name`` (whose ``traits`` is the group's
+    trait); Nova makes one request group per alias device
     (``RequestSpec.generate_request_groups_from_pci_requests`` in
     nova/objects/request_spec.py, with ``[filter_scheduler]
-    pci_in_placement``; ``group_policy`` defaults to ``none`` there,
-    ``nova.scheduler.utils.resources_from_request_spec``); a whole
-    GPU is a provider of one, so N groups land on N GPUs; the VFs of one
-    GPU are pooled in one provider, so vGPUs need ``group_policy=isolate``
-    to land on N distinct GPUs. ``names``: a ``PathNames``.
+    pci_in_placement``) with the alias's traits required. A whole GPU is
+    a provider of one, so Nova's default ``group_policy=none``
+    (``nova.scheduler.utils.resources_from_request_spec``) lands N groups
+    on N GPUs; vendor-VFIO VFs of one GPU share a pool provider, so they
+    need ``group_policy=isolate``. ``names``: a ``PathNames``.
+
+    ``sets=False``: the same groups without set traits, as stock Nova
+    clouds (no nova-gpu-agent keeping the traits) need them.
     """
     count = spec.alternatives[0].count
     path = spec.path
     if path in (PATH_VFIO, PATH_PASSTHROUGH):
         alias = (names.whole_alias if path == PATH_PASSTHROUGH
                  else names.vfio_alias)
-        result = {ALIAS_KEY: '%s:%d' % (alias, count)}
-        if path == PATH_VFIO and count > 1:
+        if count == 1 or not sets:
+            result = {ALIAS_KEY: '%s:%d' % (alias, count)}
+            if path == PATH_VFIO and count > 1:
+                result['group_policy'] = 'isolate'
+            return result
+        result = {ALIAS_KEY: ','.join(
+            '%s:1' % gpu_sets.alias_name(alias, count, k)
+            for k in range(count))}
+        if path == PATH_VFIO:
             result['group_policy'] = 'isolate'
         return result
     rc = names.vgpu_rc
     if count == 1:
         return {'resources:%s' % rc: '1'}
-    result = {'resources%d:%s' % (i, rc): '1' for i in range(1, count + 1)}
+    result = {}
+    for k in range(count):
+        result['resources%d:%s' % (k + 1, rc)] = '1'
+        if sets:
+            result['trait%d:%s' % (k + 1, gpu_sets.trait(count, k))] = (
+                'required')
     result['group_policy'] = 'isolate'
     return result
+
+
+def set_shape(extra_specs, names, path, count):
+    """Whether a flavor's Nova keys ask the set traits for ``count``
+    devices: ``'sets'`` (exactly those of ``placement_extra_specs``),
+    ``'plain'`` (none: correct, but Placement walks every combination of
+    providers, minutes per host for 8 devices) or ``'mixed'`` (some, not
+    matching the count: Placement would find no candidate).
+    """
+    asked = []  # (count, k) of each device asked with a set trait
+    if path in (PATH_VFIO, PATH_PASSTHROUGH):
+        base = (names.whole_alias if path == PATH_PASSTHROUGH
+                else names.vfio_alias)
+        for name, units in alias_counts(extra_specs).items():
+            parsed = gpu_sets.parse_alias(name)
+            if parsed and parsed[0] == base:
+                asked.extend([parsed[1:]] * units)
+    else:
+        for key, value in extra_specs.items():
+            if key.startswith('trait') and value == 'required':
+                parsed = gpu_sets.parse_trait(key.partition(':')[2])
+                if parsed:
+                    asked.append(parsed)
+    if not asked:
+        return 'plain'
+    wanted = [(count, k) for k in range(count)] if count > 1 else []
+    return 'sets' if sorted(asked) == wanted else 'mixed'
+
+
+def _alias_units(aliases, base):
+    """Devices asked through alias ``base`` and its set aliases."""
+    return sum(units for name, units in aliases.items()
+               if name == base
+               or (gpu_sets.parse_alias(name) or (None,))[0] == base)
 
 
 def _path_of(values, extra_specs, names):
     """(path, resource class, units, groups) the flavor asks."""
     aliases = alias_counts(extra_specs)
     vgpu_units, vgpu_groups = placement_units(extra_specs, names.vgpu_rc)
-    vfio_units = aliases.get(names.vfio_alias, 0)
-    whole_units = aliases.get(names.whole_alias, 0)
+    vfio_units = _alias_units(aliases, names.vfio_alias)
+    whole_units = _alias_units(aliases, names.whole_alias)
     whole_res, whole_groups = placement_units(extra_specs, names.whole_rc)
     backend = values.get('backend')
     if values.get('kind') == 'whole' or (
@@ -578,16 +628,26 @@ def parse(extra_specs, catalog, vcpus=0, memory_mb=0, names=None):
                                        **common),)
     if 'memory' not in values:
         sizes = (0,) * len(alts)
-    problem = None
+    problem = advice = None
+    wanted = ', '.join('%s=%s' % kv for kv in sorted(placement_extra_specs(
+        GpuSpec(alts, True, False, 0, 0, rc, path=path),
+        names=names).items()))
+    shape = set_shape(extra_specs, names, path, common['count'])
     if units != common['count']:
         problem = ('flavor asks %d GPU device(s) with gpu: extra specs but '
                    '%d %s from Placement; set %s'
-                   % (common['count'], units, rc, ', '.join(
-                       '%s=%s' % kv for kv in sorted(placement_extra_specs(
-                           GpuSpec(alts, True, False, 0, 0, rc, path=path),
-                           names=names).items()))))
+                   % (common['count'], units, rc, wanted))
+    elif shape == 'mixed':
+        problem = ('flavor asks %d GPU devices but its set traits or '
+                   'aliases are not those of %d devices; set %s'
+                   % (common['count'], common['count'], wanted))
+    elif shape == 'plain' and common['count'] > 1:
+        advice = ('flavor asks %d GPU devices without set traits: '
+                  'Placement walks every combination of providers (minutes '
+                  'per 8-GPU host for 8 devices); set %s'
+                  % (common['count'], wanted))
     return GpuSpec(alts, True, 'memory' in values, units, groups, rc,
-                   problem, sizes, path)
+                   problem, sizes, path, advice)
 
 
 def _exclusive(values):

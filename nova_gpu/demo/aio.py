@@ -187,7 +187,7 @@ def run(stock=False, progress=None, agents=False):
         limit_candidates(cloud)
         conn = connect(cloud)
         _create_aggregates(conn)
-        flavor_ids = _create_flavors(conn)
+        flavor_ids = _create_flavors(conn, sets=not stock)
         servers = []
         for name, flavor_name in scenario.requests():
             result = _boot(cloud, conn, name, flavor_name,
@@ -221,13 +221,14 @@ def _create_aggregates(conn):
                 conn.compute.add_host_to_aggregate(agg, host.name)
 
 
-def _create_flavors(conn):
+def _create_flavors(conn, sets=True):
     from nova_gpu.scheduler import flavor as flavor_mod
     ids = {}
     for f in scenario.FLAVORS:
         specs = dict(f.extra_specs)
         parsed = flavor_mod.parse(specs, vcpus=f.vcpus, memory_mb=f.ram_mb)
-        specs.update(flavor_mod.placement_extra_specs(parsed))
+        # Stock Nova has no agent keeping the set traits: plain groups.
+        specs.update(flavor_mod.placement_extra_specs(parsed, sets=sets))
         specs['aggregate_instance_extra_specs:%s'
               % scenario.AGGREGATE_KEY] = scenario.model_of(f)
         created = conn.compute.create_flavor(name=f.name, ram=f.ram_mb,

@@ -29,7 +29,7 @@ _DESCRIPTIONS = {
                'must be, e.g. A100-10C.',
     'mig': 'MIG GPU instance profile each device must be, e.g. 3g.40gb.',
     'count': 'Number of GPU devices, each on its own physical GPU: 1 to '
-             '[gpu_scheduler] max_gpu_count (default 4, at most 8).',
+             '[gpu_scheduler] max_gpu_count (default 8, at most 8).',
     'model': 'Comma-separated GPU models allowed, e.g. H100-80GB,H200-141GB.',
     'topology': 'any, numa (all GPUs on one NUMA node) or nvlink (all '
                 'GPUs NVLink-connected).',

@@ -13,6 +13,7 @@ of the core module are re-exported here for them.
 import functools
 
 from oslo_config import cfg
+from oslo_log import log as logging
 
 from nova_gpu import conf  # noqa: F401  (registers [gpu], [gpu_scheduler])
 from nova_gpu.core import catalog as catalog_mod
@@ -20,6 +21,7 @@ from nova_gpu.core import exceptions
 from nova_gpu.core import flavor as grammar
 
 CONF = cfg.CONF
+LOG = logging.getLogger(__name__)
 
 # The grammar's names, as the scheduler's modules and the tools use them.
 PREFIX = grammar.PREFIX
@@ -75,12 +77,13 @@ def validate_value(key, value, catalog=None):
                                   PathNames.from_conf())
 
 
-def placement_extra_specs(spec, vgpu_rc=None, whole_rc=None, names=None):
+def placement_extra_specs(spec, vgpu_rc=None, whole_rc=None, names=None,
+                          sets=True):
     """``core.flavor.placement_extra_specs``; ``names`` default to the
     ``[gpu_scheduler]`` options.
     """
     return grammar.placement_extra_specs(
-        spec, names or PathNames.from_conf(vgpu_rc, whole_rc))
+        spec, names or PathNames.from_conf(vgpu_rc, whole_rc), sets=sets)
 
 
 def parse(extra_specs, catalog=None, vcpus=0, memory_mb=0,
@@ -103,12 +106,22 @@ def from_request_spec(spec_obj, catalog=None):
 @functools.lru_cache(maxsize=1024)
 def _parse_cached(items, vcpus, memory_mb, catalog, names):
     try:
-        return grammar.parse(dict(items), catalog, vcpus, memory_mb,
+        spec = grammar.parse(dict(items), catalog, vcpus, memory_mb,
                              names=names)
+        if spec is not None and spec.advice:
+            # Once per flavor content and process: the parse is memoised.
+            LOG.warning('Flavor %s: %s', _flavor_keys(items), spec.advice)
+        return spec
     except exceptions.GpuError as e:
         # Flavors created before the validator was enabled can still
         # carry bad values; the filter reports them per request.
         return GpuSpec((), True, False, 0, 0, names.vgpu_rc, str(e))
+
+
+def _flavor_keys(items):
+    """A flavor's gpu: keys, to name it in the log (no flavor id here)."""
+    return ' '.join('%s=%s' % kv for kv in items
+                    if kv[0].startswith(grammar.PREFIX)) or '(no gpu: keys)'
 
 
 def parse_cached(items, vcpus, memory_mb, catalog=None):

@@ -650,6 +650,9 @@ class AgentReportsMixin:
         hostnames = [h for h in hostnames if h not in played]
         if not hostnames:
             return
+        # The agent processes cannot reach this process's Placement (it is
+        # behind wsgi-intercept): the harness keeps their heads.
+        self.keep_gpu_heads(hostnames)
         for hostname in hostnames:
             if hostname not in self.agents:
                 self.start_gpu_agent(hostname)

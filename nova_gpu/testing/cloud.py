@@ -47,12 +47,17 @@ import threading
 import time
 
 import fixtures
+from keystoneauth1 import session as ks_session
+from keystoneauth1 import token_endpoint
 from lxml import etree
 from nova.tests import fixtures as nova_fixtures
 from nova.tests.fixtures import libvirt as fakelibvirt
 from nova.tests.functional.libvirt import test_vgpu
+import openstack
 from oslo_config import cfg
 
+from nova_gpu.agent import placement as agent_placement
+from nova_gpu.agent import provider_config
 from nova_gpu.core import catalog as catalog_mod
 from nova_gpu.core import engine as engine_mod
 from nova_gpu.core import fragmentation
@@ -815,12 +820,23 @@ class GpuCloudTestCase(test_vgpu.VGPUTestBase):
             self.add_gpu_host(spec)
         self.sync_gpu_reports()
 
+    @property
+    def uses_plugin(self):
+        """nova-scheduler runs nova-gpu (False: the stock Nova cloud)."""
+        return bool(self.SCHEDULER_FILES)
+
     def add_gpu_host(self, spec):
         """Start nova-compute on the GPU host ``spec`` (one of HOSTS)."""
         self._host_specs[spec.name] = spec
         # nova-compute's files (every host's addresses: one process runs
         # every compute, as each host's own nova.conf would hold its own).
         self.use_service_conf(service_conf.COMPUTE)
+        if self.uses_plugin:
+            # The provider config nova-gpu-agent writes on the host, which
+            # nova-compute reads when it starts (the set traits of GPUs
+            # that stand for themselves; agent.provider_config).
+            self.flags(provider_config_location=self._provider_config(spec),
+                       group='compute')
         self.start_compute(
             hostname=spec.name, pci_info=self._pci_infos[spec.name],
             libvirt_version=self.FAKE_LIBVIRT_VERSION,
@@ -848,6 +864,55 @@ class GpuCloudTestCase(test_vgpu.VGPUTestBase):
         return uuid
 
     # -- the agent's part -------------------------------------------------
+
+    def _provider_config(self, spec):
+        """Write host ``spec``'s provider config as the agent would;
+        return its directory.
+        """
+        gpus = [{'index': state.index, 'traits': (),
+                 'providers': self.providers_of_gpu(spec.name, state)}
+                for state in self._gpus[spec.name]]
+        root = getattr(self, '_provider_config_root', None)
+        if root is None:
+            root = self._provider_config_root = self.useFixture(
+                fixtures.TempDir()).path
+        directory = os.path.join(root, spec.name)
+        provider_config.write_document(
+            provider_config.document_of(gpus),
+            os.path.join(directory, 'nova-gpu.yaml'))
+        return directory
+
+    def keep_gpu_heads(self, hostnames=None):
+        """What nova-gpu-agent's cycle writes to Placement: the set traits
+        of one free VF per GPU whose VFs are providers
+        (``agent.placement.PlacementClient.keep_heads``, through
+        openstacksdk against this cloud's Placement, as the agent).
+        """
+        if not self.uses_plugin:
+            return
+        for hostname in hostnames or self._host_specs:
+            if self._host_specs[hostname].path != VF_MDEV:
+                continue
+            report = {'gpus': [
+                {'index': state.index,
+                 'providers': self.providers_of_gpu(hostname, state)}
+                for state in self._gpus[hostname]]}
+            client = self._agent_placement()
+            found = client.providers(
+                [p['name'] for g in report['gpus'] for p in g['providers']])
+            client.keep_heads(report, found)
+
+    def _agent_placement(self):
+        client = getattr(self, '_agent_placement_client', None)
+        if client is None:
+            endpoint = self.placement.fixture.endpoint
+            conn = openstack.connection.Connection(
+                session=ks_session.Session(
+                    auth=token_endpoint.Token(endpoint, 'admin')),
+                placement_endpoint_override=endpoint)
+            client = self._agent_placement_client = (
+                agent_placement.PlacementClient(conn))
+        return client
 
     def gpu_states(self, hostname):
         """The host's GPUs (GpuState), in PCI order = report index."""
@@ -997,6 +1062,7 @@ class GpuCloudTestCase(test_vgpu.VGPUTestBase):
         """Publish every host's report (or ``hostnames``') to the
         schedulers' views.
         """
+        self.keep_gpu_heads(hostnames)
         endpoints = [listener.ReportEndpoint(view)
                      for view in self._views()]
         for hostname in hostnames or self._host_specs:
@@ -1027,7 +1093,8 @@ class GpuCloudTestCase(test_vgpu.VGPUTestBase):
         if not any(k.startswith('resources') or k == flavor_mod.ALIAS_KEY
                    for k in specs):
             parsed = flavor_mod.parse(specs, vcpus=vcpu, memory_mb=memory_mb)
-            specs.update(flavor_mod.placement_extra_specs(parsed))
+            specs.update(flavor_mod.placement_extra_specs(
+                parsed, sets=self.uses_plugin))
         return self._create_flavor(memory_mb=memory_mb, vcpu=vcpu,
                                    name=name, extra_spec=specs, **kw)
 

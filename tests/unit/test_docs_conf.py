@@ -139,3 +139,27 @@ class DocsShowOnlyFileSettingsTest(testtools.TestCase):
                                        'enabled_filters')):
                     values = sections.get(group, {}).get(option, [])
                     self.assertLessEqual(len(values), 1, path)
+
+
+class PciAliasesTest(testtools.TestCase):
+    """nova-gpu-pci.conf holds the set aliases ``core.gpu_sets`` names."""
+
+    def test_set_aliases_are_the_rule(self):
+        import json
+
+        from nova_gpu.core import gpu_sets
+        from nova_gpu.core import report
+
+        with open(os.path.join(CONF_DIRS[0], 'nova-gpu-pci.conf')) as f:
+            aliases = [json.loads(line.partition('=')[2])
+                       for line in f if line.startswith('alias =')]
+        by_name = {a['name']: a for a in aliases}
+        self.assertEqual(len(aliases), len(by_name))  # no name twice
+        for base, rc in ((report.VFIO_VGPU_ALIAS, report.VFIO_VGPU_RC),
+                         (report.WHOLE_GPU_ALIAS, report.WHOLE_GPU_RC)):
+            device_type = by_name[base]['device_type']
+            self.assertEqual(rc, by_name[base]['resource_class'])
+            for alias in gpu_sets.pci_aliases(base, rc, device_type):
+                self.assertEqual(alias, by_name.pop(alias['name']))
+            del by_name[base]
+        self.assertEqual({}, by_name)

@@ -16,7 +16,7 @@ NEAR_MISSES = ('GPU:profile', ' gpu:profile', 'gpu :count', 'gpu:Count',
 # Values the old parsers took through int()/float(), or that round to 0.
 HOSTILE = (('gpu:count', '\u0661\u0666'), ('gpu:count', '1_0'),
            ('gpu:count', '+2'), ('gpu:count', '9'), ('gpu:count', '16'),
-           ('gpu:count', '5'),
+           ('gpu:count', '0'),
            ('gpu:memory', '0.0001GB'), ('gpu:memory', '\u0661\u0666GB'),
            ('gpu:memory', '1_0GB'), ('gpu:memory', '1000TB'),
            ('gpu:compute', '\u0660.\u0665'), ('gpu:compute', 'nan'),

@@ -29,8 +29,8 @@ class ValueTest(base.TestCase):
                                          'unknown vGPU profile',
                                          'A100-10C']),
                 ('gpu:mig', '9g.1tb', ['unknown MIG profile', '3g.40gb']),
-                ('gpu:count', '0', ['from 1 to 4']),
-                ('gpu:count', 'two', ['from 1 to 4']),
+                ('gpu:count', '0', ['from 1 to 8']),
+                ('gpu:count', 'two', ['from 1 to 8']),
                 ('gpu:model', 'H100-80GB,B300', ["'B300'", 'H200-141GB']),
                 ('gpu:topology', 'ring', ['any, numa, nvlink']),
                 ('gpu:memory', '20', ['with a unit']),
@@ -54,12 +54,14 @@ class ValueTest(base.TestCase):
                          validate_value('gpu:model', 'A100, H100-80GB'))
 
     def test_count_limit_is_passed_in(self):
-        self.assertEqual(4, validate_value('gpu:count', '4'))
+        self.assertEqual(8, validate_value('gpu:count', '8'))
         self.assertRaises(flavor.ExtraSpecError, validate_value,
-                          'gpu:count', '5')
-        eight = flavor.PathNames(max_gpu_count=8)
-        self.assertEqual(8, flavor.validate_value('gpu:count', '8',
-                                                  base.CATALOG, eight))
+                          'gpu:count', '9')
+        four = flavor.PathNames(max_gpu_count=4)
+        self.assertEqual(4, flavor.validate_value('gpu:count', '4',
+                                                  base.CATALOG, four))
+        self.assertRaises(flavor.ExtraSpecError, flavor.validate_value,
+                          'gpu:count', '5', base.CATALOG, four)
         err = self.assertRaises(
             flavor.ExtraSpecError, flavor.validate_value, 'gpu:count', '9',
             base.CATALOG, flavor.PathNames(max_gpu_count=16))
@@ -125,11 +127,18 @@ class ParseTest(base.TestCase):
     def test_placement_extra_specs(self):
         spec = parse(gpu__profile='A100-10C', gpu__count='2')
         self.assertEqual({'resources1:VGPU': '1', 'resources2:VGPU': '1',
+                          'trait1:CUSTOM_NOVA_GPU_SET2_0': 'required',
+                          'trait2:CUSTOM_NOVA_GPU_SET2_1': 'required',
                           'group_policy': 'isolate'},
                          flavor.placement_extra_specs(spec, NAMES))
         spec = parse(gpu__kind='whole', gpu__count='2')
-        self.assertEqual({'pci_passthrough:alias': 'nvidia-gpu:2'},
+        self.assertEqual({'pci_passthrough:alias':
+                          'nvidia-gpu-set2-0:1,nvidia-gpu-set2-1:1'},
                          flavor.placement_extra_specs(spec, NAMES))
+        # Stock Nova (no agent keeps the traits): the plain groups.
+        self.assertEqual({'pci_passthrough:alias': 'nvidia-gpu:2'},
+                         flavor.placement_extra_specs(spec, NAMES,
+                                                      sets=False))
 
     def test_by_need_smallest_first(self):
         spec = parse(gpu__memory='20GB', gpu__model='A100-40GB,H100-80GB',
@@ -179,7 +188,8 @@ class PathTest(base.TestCase):
         self.assertEqual(flavor.PATH_VFIO, spec.path)
         self.assertEqual('CUSTOM_NVIDIA_VGPU', spec.resource_class)
         keys = flavor.placement_extra_specs(spec, NAMES)
-        self.assertEqual({'pci_passthrough:alias': 'nvidia-vgpu:2',
+        self.assertEqual({'pci_passthrough:alias':
+                          'nvidia-vgpu-set2-0:1,nvidia-vgpu-set2-1:1',
                           'group_policy': 'isolate'}, keys)
         keys['gpu:profile'] = 'H100-20C'
         keys['gpu:backend'] = 'vfio'
@@ -187,6 +197,51 @@ class PathTest(base.TestCase):
         spec = parse(**{k.replace(':', '__'): v for k, v in keys.items()})
         self.assertIsNone(spec.problem)
         self.assertEqual((2, 2), (spec.units, spec.groups))
+
+    def test_set_shapes(self):
+        # The keys placement_extra_specs gives parse as 'sets'; the plain
+        # groups schedule, with advice; mixed set keys are refused.
+        for extra in ({'gpu__profile': 'A100-10C'},
+                      {'gpu__kind': 'whole'},
+                      {'gpu__profile': 'H100-20C', 'gpu__backend': 'vfio'}):
+            for count in (2, 4, 8):
+                spec = parse(gpu__count=str(count), **extra)
+                for sets in (True, False):
+                    keys = dict(flavor.placement_extra_specs(
+                        spec, NAMES, sets=sets))
+                    keys.update({k.replace('__', ':'): v
+                                 for k, v in extra.items()})
+                    keys['gpu:count'] = str(count)
+                    parsed = parse(**{k.replace(':', '__'): v
+                                      for k, v in keys.items()})
+                    self.assertIsNone(parsed.problem, keys)
+                    self.assertEqual(
+                        'sets' if sets else 'plain', flavor.set_shape(
+                            keys, NAMES, parsed.path, count), keys)
+                    if sets:
+                        self.assertIsNone(parsed.advice)
+                    else:
+                        self.assertIn('without set traits', parsed.advice)
+
+    def test_set_traits_of_another_count_are_refused(self):
+        spec = parse(gpu__profile='A100-10C', gpu__count='2',
+                     resources1__VGPU='1', resources2__VGPU='1',
+                     group_policy='isolate',
+                     trait1__CUSTOM_NOVA_GPU_SET4_0='required',
+                     trait2__CUSTOM_NOVA_GPU_SET4_1='required')
+        self.assertIn('not those of 2 devices', spec.problem)
+        self.assertIn('trait2:CUSTOM_NOVA_GPU_SET2_1=required', spec.problem)
+
+    def test_set_aliases_count_their_devices(self):
+        spec = parse(gpu__kind='whole', gpu__count='3',
+                     pci_passthrough__alias='nvidia-gpu-set3-0:1,'
+                     'nvidia-gpu-set3-1:1,nvidia-gpu-set3-2:1')
+        self.assertIsNone(spec.problem)
+        self.assertEqual(3, spec.units)
+        spec = parse(gpu__kind='whole', gpu__count='3',
+                     pci_passthrough__alias='nvidia-gpu-set3-0:1,'
+                     'nvidia-gpu-set3-1:1')
+        self.assertIn('asks 3 GPU device(s)', spec.problem)
 
     def test_one_vfio_vgpu_needs_no_group_policy(self):
         spec = parse(gpu__profile='H100-20C', gpu__backend='vfio')

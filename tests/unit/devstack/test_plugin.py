@@ -122,9 +122,12 @@ class DevstackPluginTest(testtools.TestCase):
         # Whole GPUs and vendor-VFIO vGPUs: PCI in Placement, by alias.
         self.assertEqual(['True'], sched['pci_in_placement'])
         aliases = [json.loads(a) for a in conf['pci']['alias']]
-        self.assertEqual({'nvidia-vgpu': 'CUSTOM_NVIDIA_VGPU',
-                          'nvidia-gpu': 'CUSTOM_NVIDIA_GPU'},
-                         {a['name']: a['resource_class'] for a in aliases})
+        by_name = {a['name']: a['resource_class'] for a in aliases}
+        self.assertEqual('CUSTOM_NVIDIA_VGPU', by_name['nvidia-vgpu'])
+        self.assertEqual('CUSTOM_NVIDIA_GPU', by_name['nvidia-gpu'])
+        # and one alias per device of multi-GPU flavors (core.gpu_sets)
+        self.assertEqual('CUSTOM_NVIDIA_GPU', by_name['nvidia-gpu-set8-7'])
+        self.assertEqual(2 + 2 * sum(range(2, 9)), len(by_name))
         self.assertEqual(
             ['nova.scheduler.weights.all_weighers'] + OUR_WEIGHERS,
             sched['weight_classes'][0].split(','))
@@ -187,7 +190,8 @@ class DevstackPluginTest(testtools.TestCase):
         # The cell conductor builds the request groups of moves.
         self.assertEqual(['True'],
                          conf['filter_scheduler']['pci_in_placement'])
-        self.assertEqual(2, len(conf['pci']['alias']))
+        self.assertEqual(2 + 2 * sum(range(2, 9)),
+                         len(conf['pci']['alias']))
         self.assertNotIn('available_filters', conf['filter_scheduler'])
 
     def test_large_cloud_replaces_the_weighers(self):

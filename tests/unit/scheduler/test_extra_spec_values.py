@@ -37,11 +37,12 @@ class ValueTest(base.TestCase):
         self.conf.set_override('max_gpu_count', limit, 'gpu_scheduler')
 
     def test_count_bound_says_why(self):
-        # 9 to 16 isolated groups stall Placement (issue 10, item 3).
-        self.assertEqual(4, flavor.max_count())
-        self.assertEqual(4, flavor.validate_value('gpu:count', '4'))
-        for value in ('5', '8', '9', '16', '9' * 200):
-            self.refused('gpu:count', value, 'from 1 to 4', 'Placement',
+        # 9 to 16 groups stall Placement (issue 10, item 3); up to 8 are
+        # quick with the set traits (core.gpu_sets).
+        self.assertEqual(8, flavor.max_count())
+        self.assertEqual(8, flavor.validate_value('gpu:count', '8'))
+        for value in ('0', '9', '16', '9' * 200):
+            self.refused('gpu:count', value, 'from 1 to 8', 'Placement',
                          'max_gpu_count')
 
     def test_stored_flavor_above_the_limit_has_a_problem(self):
@@ -50,7 +51,7 @@ class ValueTest(base.TestCase):
         items = tuple(sorted({'gpu:kind': 'whole', 'gpu:count': '12'}.items()))
         spec = flavor.parse_cached(items, 2, 2048, base.CATALOG)
         self.assertEqual((), spec.alternatives)
-        self.assertIn('gpu:count=12: must be an integer from 1 to 4',
+        self.assertIn('gpu:count=12: must be an integer from 1 to 8',
                       spec.problem)
 
     def test_count_limit_raised_up_to_eight(self):
@@ -188,8 +189,9 @@ class MultiGpuPlacementTest(base.TestCase):
         # and each GPU is a provider of one, so 4 groups land on 4 GPUs.
         spec = flavor.parse({'gpu:kind': 'whole', 'gpu:count': '4'},
                             base.CATALOG)
-        self.assertEqual({'pci_passthrough:alias': 'nvidia-gpu:4'},
-                         flavor.placement_extra_specs(spec))
+        self.assertEqual({'pci_passthrough:alias': ','.join(
+            'nvidia-gpu-set4-%d:1' % k for k in range(4))},
+            flavor.placement_extra_specs(spec))
         spec = flavor.parse({'gpu:kind': 'whole'}, base.CATALOG)
         self.assertEqual({'pci_passthrough:alias': 'nvidia-gpu:1'},
                          flavor.placement_extra_specs(spec))
