@@ -15,6 +15,8 @@ from nova_gpu.agent import carver as carver_mod
 from nova_gpu.agent import devices
 from nova_gpu.agent import discovery
 from nova_gpu.agent import errors
+from nova_gpu.agent import exporter as exporter_mod
+from nova_gpu.agent import health as health_mod
 from nova_gpu.agent import journal as journal_mod
 from nova_gpu.agent import libvirt_host
 from nova_gpu.agent import nvml as nvml_mod
@@ -27,6 +29,7 @@ from nova_gpu.agent import sriov as sriov_mod
 from nova_gpu.agent import sysfs as sysfs_mod
 from nova_gpu.agent import vf_types as vf_types_mod
 from nova_gpu.core import catalog as catalog_mod
+from nova_gpu.core import idle as idle_mod
 from nova_gpu.core import report as report_mod
 
 LOG = logging.getLogger(__name__)
@@ -84,6 +87,17 @@ class Agent:
         self.boot_id = uuid.uuid4().hex
         self._placement = None
         self._warned_heads = False
+        # GPU health from NVML, persisted (agent.health); the quarantines
+        # the report carries.
+        self.health_store = health_mod.HealthStore(opts.state_dir)
+        self.health = (health_mod.HealthWatch(self.nvml, self.health_store)
+                       if self.nvml is not None else None)
+        # Idle guest devices ([gpu_agent] idle_threshold, idle_after): a
+        # window of NVML utilisation per device (core.idle).
+        self.idle = (idle_mod.Tracker(
+            threshold=opts.idle_threshold, idle_after=opts.idle_after,
+            max_gap=max(300, 2 * opts.reconcile_interval))
+            if opts.idle_threshold > 0 else None)
         # Carve to demand ([gpu_agent] carve_enabled): the demand the
         # service's listener feeds, and the loop that plans with it.
         self.demand = None
@@ -172,7 +186,9 @@ class Agent:
         report = inventory.report(generation=self.next_generation())
         # A restarted agent's lower generation is accepted at once.
         report['boot_id'] = self.boot_id
+        self._add_health(report)
         self._add_layouts(report)
+        self._add_idle(report)
         if self.conf.gpu_agent.placement_cloud:
             try:
                 if self._placement is None:
@@ -207,6 +223,51 @@ class Agent:
                 # GPUs NVML cannot read now, left out of the report.
                 'unreadable_gpus': inventory.unreadable,
                 'left_out_gpus': [g['address'] for g in inventory.left_out]}
+
+    def _add_health(self, report):
+        """Each GPU's health (``health``: quarantined, reason, faults).
+
+        The saved quarantines go out even when NVML cannot be read this
+        cycle: a quarantine is lifted by evidence or an operator, never
+        by a failed read.
+        """
+        try:
+            healths = (self.health.cycle() if self.health is not None
+                       else self.health_store.load())
+        except Exception:
+            LOG.exception('GPU health not read this cycle')
+            try:
+                healths = self.health_store.load()
+            except Exception:
+                LOG.exception('GPU quarantines cannot be read: reporting '
+                              'no GPU of this host as available')
+                healths = None
+        for gpu in report.get('gpus', ()):
+            if healths is None:
+                gpu['health'] = {'quarantined': True, 'faults': [],
+                                 'reason': 'the agent cannot read its '
+                                           'quarantine records'}
+                continue
+            health = healths.get(gpu.get('address'))
+            if health is not None and health.faults:
+                gpu['health'] = health.to_dict()
+
+    def _add_idle(self, report, now=None):
+        """Mark the idle guest devices of ``report`` (``idle``).
+
+        An additive field (``core.idle.annotate``): since when, the
+        observed peak, a smaller profile it fits. Never raises: the
+        report goes out without it.
+        """
+        if self.idle is None:
+            return
+        try:
+            idle_mod.annotate(report,
+                              exporter_mod.utilisation_samples(self.nvml),
+                              self.idle, self.catalog,
+                              time.time() if now is None else now)
+        except Exception:
+            LOG.exception('idle GPU devices not judged this cycle')
 
     def keep_heads(self):
         """A quick pass between cycles: move the set traits of SR-IOV +

@@ -61,6 +61,10 @@ class GpuRecord:
     # Start slices of the GPU instances no guest's vGPU holds (see
     # Discovery._idle_gpu_instances): room for MIG-backed vGPUs.
     idle_gpu_instances: set = dataclasses.field(default_factory=set)
+    # GPU instance start slice -> UUID of the domain whose MIG-backed vGPU
+    # runs on it (NVML's vGPU -> GPU instance and mdev UUID, libvirt's
+    # mdev -> domain), for the report's device ``instance``.
+    mig_holders: dict = dataclasses.field(default_factory=dict)
     # mdev UUID or VF address -> UUID of the libvirt domain (the Nova
     # instance) that holds it, for "openstack gpu server show"
     holders: dict = dataclasses.field(default_factory=dict)
@@ -426,9 +430,16 @@ class HostInventory:
         devices += [_held({'kind': host_mod.VGPU, 'detail': name, 'vf': vf},
                           g.holders.get(vf))
                     for vf, name in sorted(g.vf_vgpus.items())]
-        devices += [{'kind': host_mod.MIG, 'detail': list(detail)}
+        devices += [_held({'kind': host_mod.MIG, 'detail': list(detail)},
+                          g.mig_holders.get(detail[1]))
                     for detail in g.mig_slots
                     if detail[1] not in g.idle_gpu_instances]
+        # A whole GPU passed through: in use while a domain holds its PF.
+        if (g.pci is not None and g.pci.driver == 'vfio-pci'
+                and not g.vfs() and not devices
+                and g.address in g.holders):
+            devices.append(_held({'kind': host_mod.WHOLE},
+                                 g.holders[g.address]))
         return devices
 
     def gpu_by_address(self, address):
@@ -668,8 +679,24 @@ class Discovery:
                 named = [(name, inst) for name, inst in named if name]
                 r.mig_slots.extend((name, inst.start, None)
                                    for name, inst in named)
+                r.mig_holders = self._mig_holders(r, named)
                 r.idle_gpu_instances = self._idle_gpu_instances(
                     r, named, attached)
+
+    def _mig_holders(self, r, named):
+        """``{start slice: domain UUID}`` of ``r``'s GPU instances that a
+        guest's MIG-backed vGPU runs on, where NVML and libvirt say.
+        """
+        if self.nvml is None or not r.holders:
+            return {}
+        mdevs = self.nvml.mig_vgpu_mdevs(r.nvml.index) or {}
+        result = {}
+        for _name, inst in named:
+            mdev = mdevs.get(inst.gi_id)
+            holder = r.holders.get(mdev.lower()) if mdev else None
+            if holder:
+                result[inst.start] = holder
+        return result
 
     def _idle_gpu_instances(self, r, named, attached):
         """Start slices of ``r``'s GPU instances that no guest holds.

@@ -396,6 +396,59 @@ class HostCollector:
                 gauges['vmem'].add_metric(labels, fb)
 
 
+def utilisation_samples(nvml):
+    """What NVML reads now of each GPU's and vGPU's use (``core.idle``).
+
+    The readings the series above are made of, for the agent's idle
+    windows: ``{'gpus': {address: {'compute', 'memory_mib'}}, 'vgpus':
+    {address: [{'mdev', 'vm', 'compute', 'memory_mib'}]}}`` (compute as a
+    share of the GPU, 0..1; a value NVML cannot read is None). None
+    when NVML is not available. Never raises for one value.
+    """
+    if nvml is None or not nvml.available:
+        return None
+    lib = nvml.lib
+
+    def read(fn, *args):
+        try:
+            return fn(*args)
+        except Exception as e:  # NVMLError, NotSupported, missing API
+            LOG.debug('NVML %s: %s', getattr(fn, '__name__', fn), e)
+            return None
+    gpus, vgpus = {}, {}
+    with nvml_lock:
+        for index in range(read(lib.nvmlDeviceGetCount) or 0):
+            dev = read(lib.nvmlDeviceGetHandleByIndex, index)
+            pci = dev is not None and read(lib.nvmlDeviceGetPciInfo, dev)
+            if not pci:
+                continue
+            address = nvml_mod.normalise_bus_id(pci.busId)
+            util = read(lib.nvmlDeviceGetUtilizationRates, dev)
+            mem = read(lib.nvmlDeviceGetMemoryInfo, dev)
+            used = getattr(mem, 'used', None)
+            gpus[address] = {
+                'compute': util.gpu / 100.0 if util is not None else None,
+                'memory_mib': used / 2 ** 20 if used is not None else None}
+            active = read(lib.nvmlDeviceGetActiveVgpus, dev) or []
+            if not active:
+                continue
+            samples = read(lib.nvmlDeviceGetVgpuUtilization, dev, 0) or []
+            util = {int(s.vgpuInstance): s.smUtil.uiVal for s in samples}
+            mine = vgpus[address] = []
+            for vgpu in active:
+                vm = read(lib.nvmlVgpuInstanceGetVmID, vgpu)
+                uuid = ''
+                if vm and vm[1] == getattr(lib, 'NVML_VGPU_VM_ID_UUID', 1):
+                    uuid = _text(vm[0]).lower()
+                fb = read(lib.nvmlVgpuInstanceGetFbUsage, vgpu)
+                mine.append({
+                    'mdev': _mdev_of(lib, read, vgpu), 'vm': uuid,
+                    'compute': (util[int(vgpu)] / 100.0
+                                if int(vgpu) in util else None),
+                    'memory_mib': fb / 2 ** 20 if fb is not None else None})
+    return {'gpus': gpus, 'vgpus': vgpus}
+
+
 def _mdev_of(lib, read, vgpu):
     fn = getattr(lib, 'nvmlVgpuInstanceGetMdevUUID', None)
     return _text(read(fn, vgpu) or '').lower() if fn else ''

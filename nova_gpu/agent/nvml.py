@@ -406,6 +406,27 @@ class Nvml:
                       index, e)
             return None
 
+    def mig_vgpu_mdevs(self, index):
+        """``{GPU instance id: mdev UUID}`` of the vGPUs running on GPU
+        ``index``'s MIG instances (``nvmlDeviceGetActiveVgpus``,
+        ``nvmlVgpuInstanceGetGpuInstanceId``,
+        ``nvmlVgpuInstanceGetMdevUUID``); None when NVML cannot tell.
+        """
+        lib = self.lib
+        try:
+            dev = self._handle(index)
+            result = {}
+            for v in lib.nvmlDeviceGetActiveVgpus(dev):
+                uuid = _text(lib.nvmlVgpuInstanceGetMdevUUID(v))
+                if uuid:
+                    result[int(lib.nvmlVgpuInstanceGetGpuInstanceId(v))] = (
+                        uuid)
+            return result
+        except (lib.NVMLError, AttributeError, errors.AgentError) as e:
+            LOG.debug('GPU %d: cannot map the vGPUs on MIG instances to '
+                      'their mdevs: %s', index, e)
+            return None
+
     def mig_instances(self, dev):
         """The GPU instances on ``dev``, by start slice.
 

@@ -34,6 +34,8 @@ PARTS = (
     ('flood', 'agent cycles and metrics under a connection flood'),
     ('multigpu', '1, 2, 4 and 8 devices per server on 8-GPU hosts, '
                  'every path'),
+    ('health', 'GPU faults, resets, reboots and agent restarts: '
+               'quarantines'),
 )
 RESULTS = os.path.join(os.path.dirname(__file__), '..', '..', 'doc',
                        'source', 'results', 'reliability.md')

@@ -213,6 +213,20 @@ opts = [
     cfg.IntOpt('carve_max_changes', default=2, min=0,
                help='Most GPUs with a layout re-carved per plan (GPUs not '
                     'set up yet are always carved).'),
+    cfg.FloatOpt('idle_threshold', default=0.05, min=0, max=1,
+                 help='A guest GPU device whose use stays under this share '
+                      'of its own capacity (NVML utilisation over its share '
+                      'of the GPU: 0.05 is 5%) for idle_after seconds is '
+                      'reported idle, with a right-sizing suggestion '
+                      '(nova_gpu.core.idle). Read once per agent cycle. 0 '
+                      'turns idle detection off.'),
+    cfg.IntOpt('idle_after', default=1800, min=60,
+               help='Seconds a guest GPU device must stay under '
+                    'idle_threshold before it is reported idle (30 '
+                    'minutes by default). A device NVML cannot read is '
+                    'never reported idle, nor one whose readings stop for '
+                    'longer than twice reconcile_interval (at least 5 '
+                    'minutes).'),
 ]
 
 

@@ -34,6 +34,41 @@ opts = [
                help='Seconds after which a report with a lower generation '
                     'than the one held replaces it anyway (as '
                     '[gpu_scheduler] generation_reset_after).'),
+    cfg.StrOpt('usage_ledger',
+               help='File of the GPU usage ledger (usage for billing: '
+                    'GPU-seconds and frame-buffer GiB-seconds per server, '
+                    'model and profile), written whole and atomically '
+                    'every usage_write_interval and read back at start, so '
+                    'that the usage counters survive restarts, e.g. '
+                    '/var/lib/nova-gpu/usage-ledger.json. Unset: usage is '
+                    'kept in memory only and starts again from 0 when the '
+                    'exporter restarts. A file that cannot be read stops '
+                    'the exporter (move it aside to start a new ledger).'),
+    cfg.IntOpt('usage_write_interval', default=60, min=1,
+               help='Seconds between two writes of the usage ledger. The '
+                    'usage counters (/metrics) and "openstack gpu usage" '
+                    'show the ledger as last written, so they lag by up '
+                    'to this much.'),
+    cfg.IntOpt('usage_max_interval', default=180, min=1,
+               help='The most seconds counted, between two reports of a '
+                    'host, for a device the later report no longer shows '
+                    '(when it was released within a longer gap is not '
+                    'known). A device still held by the same server is '
+                    'counted over the whole gap. Keep it at about two '
+                    '[gpu_agent] reconcile_interval.'),
+    cfg.IntOpt('usage_retention_days', default=400, min=1,
+               help='Days of usage kept for "openstack gpu usage": older '
+                    'usage is forgotten, and the counters of servers with '
+                    'nothing left go.'),
+    cfg.StrOpt('cloud',
+               help='Entry of clouds.yaml (or OS_CLOUD) with credentials '
+                    'to read the servers of all projects from Nova: the '
+                    'project each GPU server is billed to (the project_id '
+                    'label of the usage counters). Unset: the OS_* '
+                    'environment.'),
+    cfg.BoolOpt('usage_projects', default=True,
+                help='Ask Nova the project of each server counted. Off: '
+                     'usage rows and counters carry an empty project_id.'),
 ]
 
 

@@ -72,8 +72,11 @@ class PlacementEngine:
         what = req.profile or req.kind
         fitting = [g for g in allowed if fragmentation.unit_slots(g, req)]
         if len(fitting) < req.count:
-            return ('%d of %d GPUs can take a %s device, %d needed'
-                    % (len(fitting), len(host.gpus), what, req.count))
+            held = ['%s: %s' % (g.address or g.index, g.quarantine)
+                    for g in allowed if g.quarantine is not None]
+            return ('%d of %d GPUs can take a %s device, %d needed%s'
+                    % (len(fitting), len(host.gpus), what, req.count,
+                       '; quarantined: ' + '; '.join(held) if held else ''))
         if req.topology != 'any':
             return ('no %d GPUs satisfy topology=%s'
                     % (req.count, req.topology))

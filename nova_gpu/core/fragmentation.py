@@ -128,7 +128,13 @@ _FAST_PATHS = {host_mod.SHARE: _share_fits, host_mod.WHOLE: _whole_fits,
 def unit_slots(gpu, req):
     """Every slot on ``gpu`` that could hold one device of ``req``
     (ignoring the model rule, ``Gpu.serves_model``).
+
+    None on a quarantined GPU (``core.health``): the one place that keeps
+    new guests off it, for the scheduler, the capacity counts and the
+    fragmentation measure alike.
     """
+    if gpu.quarantine is not None:
+        return ()
     kind = req.kind
     model = gpu.model
     if kind == host_mod.SHARE:

@@ -120,7 +120,8 @@ def _groups(gpus):
     """``{resource class: [GPU dicts in index order]}`` of report GPUs."""
     groups = {}
     for gpu in sorted(gpus, key=lambda g: g['index']):
-        classes = {p['resource_class'] for p in gpu.get('providers') or ()}
+        classes = {p.get('resource_class') for p in gpu.get('providers')
+                   or ()} - {None}
         for rc in sorted(classes):
             groups.setdefault(rc, []).append(gpu)
     return groups
@@ -137,8 +138,9 @@ def static_traits(gpus):
     result = {}
     for rc, members in _groups(gpus).items():
         for position, gpu in enumerate(members):
-            own = [p for p in gpu['providers'] if p['resource_class'] == rc]
-            if len(own) == 1 and own[0]['kind'] in _SINGLE:
+            own = [p for p in gpu['providers']
+                   if p.get('resource_class') == rc]
+            if len(own) == 1 and own[0].get('kind') in _SINGLE:
                 result[own[0]['name']] = traits_at(position, len(members))
     return result
 
@@ -180,11 +182,13 @@ def heads(gpus, free, current=None):
                  for count in range(2, min(total, MAX_COUNT) + 1)}
         for position, gpu in enumerate(members):
             vfs = sorted(p['name'] for p in gpu['providers']
-                         if p['resource_class'] == rc
-                         and p['kind'] == report_mod.VF_MDEV)
+                         if p.get('resource_class') == rc
+                         and p.get('kind') == report_mod.VF_MDEV)
             if not vfs:
                 continue
-            free_vfs = [name for name in vfs if free(name)]
+            # A quarantined GPU (core.health) takes no new guest: no head.
+            held = (gpu.get('health') or {}).get('quarantined')
+            free_vfs = [name for name in vfs if free(name) and not held]
             ranked = ([n for n in free_vfs if n in current]
                       + [n for n in free_vfs if n not in current])
             traits = traits_at(position, total)

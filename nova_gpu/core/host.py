@@ -68,7 +68,8 @@ class Gpu:
     __slots__ = ('index', 'model', 'address', 'numa_node', 'pcie_switch',
                  'nvlink_peers', 'mig_enabled', 'vgpu_types',
                  'whole', 'share_milli', 'vgpus', 'vgpu_fb_mib',
-                 'mig_mask', 'mig_compute', 'mig_instances', 'mig_backing')
+                 'mig_mask', 'mig_compute', 'mig_instances', 'mig_backing',
+                 'quarantine')
 
     def __init__(self, index, model, address='', numa_node=0,
                  pcie_switch=None, nvlink_peers=(), mig_enabled=False,
@@ -95,6 +96,8 @@ class Gpu:
         self.mig_mask = 0
         self.mig_compute = 0
         self.mig_instances = {}
+        # Why the GPU takes no new guest (core.health), or None.
+        self.quarantine = None
 
     # -- capacity ---------------------------------------------------------
 
@@ -132,7 +135,7 @@ class Gpu:
         engine memoises per-GPU fragmentation on it.
         """
         return (self.model.name, self.mig_enabled, self.vgpu_types,
-                self.whole, self.share_milli,
+                self.quarantine is not None, self.whole, self.share_milli,
                 tuple(self.vgpus.items()) if self.vgpus else (),
                 self.mig_mask, self.mig_compute)
 
@@ -155,7 +158,7 @@ class Gpu:
         """Hashable: everything but the allocation state (``snapshot``)."""
         return (self.index, self.model.name, self.address, self.numa_node,
                 self.pcie_switch, self.nvlink_peers, self.mig_enabled,
-                self.vgpu_types)
+                self.vgpu_types, self.quarantine)
 
     # -- what fits --------------------------------------------------------
 

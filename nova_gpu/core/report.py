@@ -95,6 +95,7 @@ import re
 
 from nova_gpu.core import drivers as drivers_mod
 from nova_gpu.core import exceptions
+from nova_gpu.core import health as health_mod
 from nova_gpu.core import host as host_mod
 
 VERSION = 2
@@ -607,7 +608,7 @@ class _Parser:
             if len(set(types)) != len(types):
                 self.fail(path + '.vgpu_types', 'a type is listed twice')
         address = raw.get('address')
-        return host_mod.Gpu(
+        gpu = host_mod.Gpu(
             index, model,
             address=self.address('' if address is None else address,
                                  path + '.address', allow_empty=True),
@@ -616,6 +617,26 @@ class _Parser:
                 raw.get('pcie_switch'), path + '.pcie_switch',
                 allow_empty=True) or None,
             nvlink_peers=peers, mig_enabled=mig, vgpu_types=types or None)
+        gpu.quarantine = self.health(raw.get('health'), path + '.health')
+        return gpu
+
+    def health(self, raw, path):
+        """The quarantine reason of a GPU's ``health`` (core.health), or
+        None. Only ``quarantined`` and ``reason`` are read; the faults
+        and the evidence are for operators.
+        """
+        if raw is None:
+            return None
+        raw = self.mapping(raw, path)
+        if not self.boolean(raw.get('quarantined', False),
+                            path + '.quarantined'):
+            return None
+        reason = self.optional_string(raw.get('reason'), path + '.reason')
+        faults = self.array(_absent_empty(raw.get('faults')),
+                            path + '.faults', health_mod.MAX_FAULTS)
+        for n, fault in enumerate(faults):
+            self.mapping(fault, '%s.faults[%d]' % (path, n))
+        return reason or 'quarantined'
 
     def vgpu_type(self, value, model, path):
         self.string(value, path)

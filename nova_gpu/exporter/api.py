@@ -10,16 +10,30 @@ scrapes /metrics. Both show the same ``CloudState``. Routes (GET only)::
                                                free, hosts}, ...]}
     /v1/providers               {"providers": [{name, host, gpu, kind,
                                    address, vfs, vgpu_type, mig}, ...]}
+    /v1/usage?start=T1[&end=T2][&project=P][&server=S]
+                                {"usage": [{project_id, server_id, model,
+                                  profile, seconds, gpu_seconds,
+                                  fb_gib_seconds, first, last}, ...],
+                                 start, end, ledger_since, written}
+    /v1/idle                    {"idle": [{host, gpu, address, device,
+                                  server_id, model, kind, profile, since,
+                                  seconds, peak_compute, peak_memory_mib,
+                                  suggestion}, ...]} (core.idle)
 
-Unknown paths answer 404, other methods 405, both with a JSON error.
+Times are ISO 8601 (a time without an offset is UTC); answers give them
+in UTC. Unknown paths answer 404, other methods 405, bad parameters 400,
+all with a JSON error.
 """
 
+import datetime
 import itertools
 import json
+import urllib.parse
 
 import prometheus_client
 
 from nova_gpu.core import host as host_mod
+from nova_gpu.exporter import collector
 from nova_gpu import wsgi_server
 
 MILLI = float(host_mod.MILLI)
@@ -44,6 +58,10 @@ def _summary(entry, figures, now, stale_after):
         # GPUs the agent left out of the report (NVML cannot read them).
         'unreadable_gpus': [{'address': g.address, 'reason': g.reason}
                             for g in entry.report.left_out],
+        # GPUs the agent quarantined for a hardware fault (core.health).
+        'quarantined_gpus': [{'address': g.address, 'reason': g.quarantine}
+                             for g in entry.report.host.gpus
+                             if g.quarantine is not None],
     }
 
 
@@ -57,13 +75,65 @@ def _gpu(gpu, raw, providers):
         'free_ratio': gpu.free_milli / MILLI,
         'devices': list(raw.get('devices') or ()),
         'providers': [p.name for p in providers],
+        # What the agent's health pass found: faults, since when, evidence.
+        'health': raw.get('health'),
     }
 
 
+def parse_time(value, name):
+    """Unix time of an ISO 8601 ``value``; ValueError naming ``name``."""
+    try:
+        when = datetime.datetime.fromisoformat(value)
+    except (TypeError, ValueError):
+        raise ValueError('%s=%r is not an ISO 8601 time (e.g. '
+                         '2025-01-31T00:00:00Z)' % (name, value)) from None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=datetime.timezone.utc)
+    return when.timestamp()
+
+
+def iso(t):
+    """ISO 8601 (UTC) of a Unix time."""
+    return datetime.datetime.fromtimestamp(
+        t, datetime.timezone.utc).isoformat()
+
+
+USAGE_PARAMETERS = ('start', 'end', 'project', 'server')
+
+
+def usage_body(book, query):
+    """The /v1/usage answer for ``query`` (a parsed query string)."""
+    unknown = sorted(set(query) - set(USAGE_PARAMETERS))
+    if unknown:
+        raise ValueError('unknown parameter %s (known: %s)' % (
+            ', '.join(unknown), ', '.join(USAGE_PARAMETERS)))
+    for name, values in query.items():
+        if len(values) != 1:
+            raise ValueError('%s given %d times' % (name, len(values)))
+    if 'start' not in query:
+        raise ValueError('start is required (ISO 8601)')
+    start = parse_time(query['start'][0], 'start')
+    end = (parse_time(query['end'][0], 'end') if 'end' in query
+           else book.clock())
+    if end <= start:
+        raise ValueError('end (%s) must be after start (%s)'
+                         % (iso(end), iso(start)))
+    ledger = book.published()
+    rows = ledger.usage(start, end,
+                        project=query.get('project', [None])[0],
+                        server=query.get('server', [None])[0])
+    for row in rows:
+        row['first'], row['last'] = iso(row['first']), iso(row['last'])
+    return {'usage': rows, 'start': iso(start), 'end': iso(end),
+            'ledger_since': iso(ledger.since) if ledger.since else None,
+            'written': iso(book.last_write) if book.last_write else None}
+
+
 class Api:
-    def __init__(self, state, registry, stale_after):
+    def __init__(self, state, registry, stale_after, usage=None):
         self.state = state
         self.stale_after = stale_after
+        self.usage = usage
         self.metrics = prometheus_client.make_wsgi_app(registry)
 
     def __call__(self, environ, start_response):
@@ -77,15 +147,23 @@ class Api:
         try:
             if parts[:1] != ['v1']:
                 raise LookupError('no such path: %s' % path)
-            body = self.route(parts[1:])
+            if parts == ['v1', 'usage'] and self.usage is not None:
+                body = usage_body(self.usage, urllib.parse.parse_qs(
+                    environ.get('QUERY_STRING', ''),
+                    keep_blank_values=True))
+            else:
+                body = self.route(parts[1:])
         except LookupError as e:
             return self._reply(start_response, 404, {'error': str(e)})
+        except ValueError as e:
+            return self._reply(start_response, 400, {'error': str(e)})
         return self._reply(start_response, 200, body)
 
     @staticmethod
     def _reply(start_response, status, body):
         data = json.dumps(body, sort_keys=True).encode()
-        start_response('%d %s' % (status, {200: 'OK', 404: 'Not Found',
+        start_response('%d %s' % (status, {200: 'OK', 400: 'Bad Request',
+                                           404: 'Not Found',
                                            405: 'Method Not Allowed'}
                                   [status]),
                        [('Content-Type', 'application/json'),
@@ -134,6 +212,11 @@ class Api:
                  # own GPU, that fit now (host by host)
                  'servers': servers.get((m, k, p), [])}
                 for (m, k, p), (free, hosts) in sorted(totals.items())]}
+        if parts == ['idle']:
+            idle = collector.idle_devices(self.state.hosts())
+            for row in idle:
+                row['since'] = iso(row['since']) if row['since'] else None
+            return {'idle': idle}
         if parts == ['providers']:
             return {'providers': [
                 {'name': p.name, 'host': e.name, 'gpu': p.gpu,

@@ -212,6 +212,9 @@ class CloudState:
         self._hosts = {}
         self._figures = {}     # host -> (generation, models, HostFigures)
         self._demands = {}     # offered requests -> Demand
+        # Called with each HostEntry taken, outside the lock (the usage
+        # ledger, ``exporter.usage``).
+        self.report_observers = []
         self.counters = {'reports': 0, 'reports_rejected': 0,
                          'requests': 0, 'requests_unplaced': 0,
                          'placements': 0,
@@ -242,7 +245,9 @@ class CloudState:
                 return None
             entry = HostEntry(parsed.host.name, parsed, data, now)
             self._hosts[entry.name] = entry
-            return entry
+        for observe in self.report_observers:
+            observe(entry)
+        return entry
 
     def ingest_refusal(self, payload):
         with self._lock:

@@ -15,6 +15,8 @@ Per host (``host`` label) and for the whole cloud:
 * ``nova_gpu_host_last_report_timestamp_seconds``,
   ``nova_gpu_host_report_age_seconds``, ``nova_gpu_host_stale`` (age over
   ``stale_after``) and ``nova_gpu_cloud_stale_hosts``;
+* ``nova_gpu_gpu_quarantined`` / ``nova_gpu_cloud_quarantined_gpus``: the
+  GPUs quarantined for a hardware fault (``core.health``), with the reason;
 * ``nova_gpu_host_unreadable_gpus`` / ``nova_gpu_cloud_unreadable_gpus``:
   GPUs the agents left out of their reports (``left_out``: NVML cannot
   read them), not counted in the figures above;
@@ -23,15 +25,67 @@ Per host (``host`` label) and for the whole cloud:
   ``nova_gpu_scheduler_refusals_total{reason}`` (hosts refused),
   ``nova_gpu_placements_total``, ``nova_gpu_device_changes_total{action,
   kind}``, ``nova_gpu_exporter_reports_total``,
-  ``nova_gpu_exporter_reports_rejected_total``.
+  ``nova_gpu_exporter_reports_rejected_total``;
+* usage for billing (``exporter.usage``, the ledger as last written):
+  ``nova_gpu_usage_gpu_seconds_total``,
+  ``nova_gpu_usage_framebuffer_gib_seconds_total`` and
+  ``nova_gpu_usage_device_seconds_total`` by ``project_id``,
+  ``server_id``, ``model``, ``profile``;
+  ``nova_gpu_usage_ledger_write_timestamp_seconds``,
+  ``nova_gpu_usage_unattributed_devices{host}`` (devices no known server
+  holds: not billed).
+* idle guest devices (``core.idle``, the agents' ``idle`` field):
+  ``nova_gpu_device_idle_seconds{host,gpu,address,device,server_id,
+  model,kind,profile,suggestion}``, how long each idle device has stayed
+  under the agent's ``idle_threshold`` (``suggestion``: a smaller
+  profile its observed peak fits, empty when none).
 """
 
 from prometheus_client import core as prom_core
 
 from nova_gpu.core import host as host_mod
+from nova_gpu.core import usage as usage_mod
 
 PREFIX = 'nova_gpu_'
 MILLI = float(host_mod.MILLI)
+
+
+def idle_devices(hosts):
+    """The idle guest devices the hosts' reports mark, one dict each.
+
+    ``hosts``: {name: HostEntry}. Keys: host, gpu, address, device,
+    server_id, model, kind, profile, since, seconds, peak_compute,
+    peak_memory_mib, suggestion. A device of a model or profile the
+    catalog does not know keeps its report's names.
+    """
+    out = []
+    for name, entry in sorted(hosts.items()):
+        gpus = {g.index: g for g in entry.report.host.gpus}
+        for raw in sorted(entry.raw.get('gpus') or (),
+                          key=lambda g: g['index']):
+            gpu = gpus.get(raw['index'])
+            for n, dev in enumerate(raw.get('devices') or ()):
+                mark = dev.get('idle') if isinstance(dev, dict) else None
+                if not isinstance(mark, dict):
+                    continue
+                kind = dev.get('kind')
+                try:
+                    profile = usage_mod.device_size(
+                        gpu.model, kind, dev.get('detail'))[0]
+                except Exception:  # a device the core cannot size
+                    profile = str(dev.get('detail'))
+                out.append({
+                    'host': name, 'gpu': raw['index'],
+                    'address': raw.get('address'),
+                    'device': usage_mod.device_key(raw.get('address'), dev),
+                    'server_id': dev.get('instance'),
+                    'model': raw.get('model'), 'kind': kind,
+                    'profile': profile, 'since': mark.get('since'),
+                    'seconds': mark.get('seconds'),
+                    'peak_compute': mark.get('peak_compute'),
+                    'peak_memory_mib': mark.get('peak_memory_mib'),
+                    'suggestion': mark.get('suggestion')})
+    return out
 
 
 def _gauge(name, doc, labels=()):
@@ -45,9 +99,10 @@ def _counter(name, doc, labels=()):
 
 
 class CloudCollector:
-    def __init__(self, state, stale_after=180):
+    def __init__(self, state, stale_after=180, usage=None):
         self.state = state
         self.stale_after = stale_after
+        self.usage = usage
 
     def describe(self):
         return []
@@ -58,7 +113,57 @@ class CloudCollector:
         out = []
         out.extend(self._hosts(figures, now))
         out.extend(self._counters(self.state.snapshot_counters()))
+        out.append(self._idle(self.state.hosts()))
+        if self.usage is not None:
+            out.extend(self._usage(self.usage))
         return out
+
+    def _idle(self, hosts):
+        labels = ('host', 'gpu', 'address', 'device', 'server_id', 'model',
+                  'kind', 'profile', 'suggestion')
+        g = _gauge('device_idle_seconds', 'How long a guest GPU device has '
+                   'stayed under its agent\'s idle_threshold (core.idle); '
+                   'suggestion: a smaller profile its observed peak fits.',
+                   labels)
+        for d in idle_devices(hosts):
+            g.add_metric([str(d['host']), str(d['gpu']), d['address'] or '',
+                          d['device'] or '', d['server_id'] or '',
+                          d['model'] or '', d['kind'] or '',
+                          d['profile'] or '', d['suggestion'] or ''],
+                         float(d['seconds'] or 0))
+        return g
+
+    def _usage(self, book):
+        labels = ('project_id', 'server_id', 'model', 'profile')
+        gpu = _counter('usage_gpu_seconds', 'GPU-seconds servers held: '
+                       'seconds x the device\'s share of one GPU (a whole '
+                       'GPU 1, a vGPU or MIG slice its share).', labels)
+        fb = _counter('usage_framebuffer_gib_seconds', 'Frame-buffer '
+                      'GiB-seconds servers held: GiB of the device\'s '
+                      'frame buffer x seconds.', labels)
+        dev = _counter('usage_device_seconds', 'Seconds servers held GPU '
+                       'devices, one device counting 1.', labels)
+        ledger = book.published()
+        for (server, model, profile), t in sorted(ledger.totals.items()):
+            project = ledger.projects.get(server)
+            if project is None:
+                # Its series starts once its project is known, rather
+                # than under a project_id it would leave.
+                continue
+            values = [project, server, model, profile]
+            gpu.add_metric(values, t.gpu_seconds)
+            fb.add_metric(values, t.fb_gib_seconds)
+            dev.add_metric(values, t.seconds)
+        written = _gauge('usage_ledger_write_timestamp_seconds', 'When the '
+                         'usage ledger the usage counters show was '
+                         'written (Unix time; 0: not yet).')
+        written.add_metric([], book.last_write or 0)
+        unattributed = _gauge('usage_unattributed_devices', 'Devices a '
+                              'host\'s report shows held with no server '
+                              'named (not billed).', ('host',))
+        for host, n in sorted(book.unattributed.items()):
+            unattributed.add_metric([host], n)
+        return [gpu, fb, dev, written, unattributed]
 
     def _hosts(self, figures, now):
         host_gpus = _gauge('host_gpus', 'Physical GPUs of a host, by model.',
@@ -88,13 +193,22 @@ class CloudCollector:
         host_unread = _gauge('host_unreadable_gpus', 'GPUs the host\'s '
                              'agent left out of its report: NVML cannot '
                              'read them.', ('host',))
+        host_held = _gauge('gpu_quarantined', '1 for a GPU its agent '
+                           'quarantined (core.health): it takes no new '
+                           'guest; reason names the fault.',
+                           ('host', 'gpu', 'address', 'reason'))
         gpus, free_devices = {}, {}
         capacity = free = frag = stranded = 0.0
-        stale = unreadable = 0
+        stale = unreadable = quarantined = 0
         for name, (entry, f) in sorted(figures.items()):
             left_out = len(entry.report.left_out)
             host_unread.add_metric([name], left_out)
             unreadable += left_out
+            for gpu in entry.report.host.gpus:
+                if gpu.quarantine is not None:
+                    host_held.add_metric([name, str(gpu.index),
+                                          gpu.address, gpu.quarantine], 1)
+                    quarantined += 1
             for model, count in sorted(f.gpus.items()):
                 host_gpus.add_metric([name, model], count)
                 gpus[model] = gpus.get(model, 0) + count
@@ -129,6 +243,7 @@ class CloudCollector:
             cloud_dev.add_metric(list(key), n)
         out = [host_gpus, host_free, host_dev, host_frag, host_frag_r,
                host_strand, host_seen, host_age, host_stale, host_unread,
+               host_held,
                cloud_gpus, cloud_dev]
         for name, doc, value in (
                 ('cloud_free_gpus', 'Free GPU capacity of the cloud, in '
@@ -148,7 +263,9 @@ class CloudCollector:
                 ('cloud_stale_hosts', 'GPU hosts whose report is stale.',
                  stale),
                 ('cloud_unreadable_gpus', 'GPUs the agents left out of '
-                 'their reports: NVML cannot read them.', unreadable)):
+                 'their reports: NVML cannot read them.', unreadable),
+                ('cloud_quarantined_gpus', 'GPUs their agents quarantined '
+                 'for a hardware fault.', quarantined)):
             g = _gauge(name, doc)
             g.add_metric([], value)
             out.append(g)

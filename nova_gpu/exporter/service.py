@@ -24,6 +24,7 @@ from nova_gpu.exporter import api
 from nova_gpu.exporter import cloud
 from nova_gpu.exporter import collector as collector_mod
 from nova_gpu.exporter import listener as listener_mod
+from nova_gpu.exporter import usage as usage_mod
 
 LOG = logging.getLogger(__name__)
 
@@ -46,9 +47,11 @@ class Exporter:
         self.state = cloud.CloudState(
             catalog or catalog_mod.load_catalog(conf.gpu.catalog_files),
             reset_after=o.generation_reset_after)
+        self.usage = make_usage_book(conf)
+        self.state.report_observers.append(self.usage.observe)
         self.registry = prometheus_client.CollectorRegistry()
         self.registry.register(collector_mod.CloudCollector(
-            self.state, stale_after=o.stale_after))
+            self.state, stale_after=o.stale_after, usage=self.usage))
         self._owns_transport = transport is None
         self.transport = transport or messaging.get_notification_transport(
             conf)
@@ -56,7 +59,8 @@ class Exporter:
             self.state, self.transport, o.report_topic,
             exchange=o.report_exchange, pool=o.pool)
         self.address, port = parse_listen(o.listen)
-        self.app = api.Api(self.state, self.registry, o.stale_after)
+        self.app = api.Api(self.state, self.registry, o.stale_after,
+                           usage=self.usage)
         self.http = None
         self._port = port
 
@@ -65,6 +69,7 @@ class Exporter:
         return self.http.port if self.http else None
 
     def start(self):
+        self.usage.start()
         self.listener.start()
         self.http = api.HttpServer(self.app, self.address, self._port)
         LOG.info('nova-gpu-exporter on http://%s:%d/ (metrics, /v1)',
@@ -76,8 +81,26 @@ class Exporter:
             self.http.stop()
             self.http = None
         self.listener.stop()
+        # Last: what the listener took until it stopped is written.
+        self.usage.stop()
         if self._owns_transport:
             self.transport.cleanup()
+
+
+def make_usage_book(conf):
+    """The usage ledger of ``[gpu_exporter]``, read back from its file."""
+    o = conf.gpu_exporter
+    if o.usage_ledger and not usage_mod.ledger_dir_ok(o.usage_ledger):
+        raise ValueError('[gpu_exporter] usage_ledger %s: its directory '
+                         'does not exist' % o.usage_ledger)
+    projects = None
+    if o.usage_projects:
+        projects = usage_mod.NovaProjects(
+            lambda: usage_mod.connect(o.cloud))
+    return usage_mod.UsageBook(
+        o.usage_ledger, max_interval=o.usage_max_interval,
+        retention_days=o.usage_retention_days,
+        write_interval=o.usage_write_interval, projects=projects)
 
 
 def prepare(argv):

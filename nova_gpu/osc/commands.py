@@ -62,7 +62,7 @@ class ShowHost(command.ShowOne):
         titles = [t for t, _k in HOST_COLUMNS]
         values = list(_host_row(host))
         titles += ['Node', 'Generation', 'GPU Devices', 'Free Devices',
-                   'Unreadable GPUs']
+                   'Unreadable GPUs', 'Quarantined GPUs']
         values += [host['nodename'], host['generation'],
                    format_columns.ListDictColumn(host['gpus']),
                    format_columns.ListDictColumn(
@@ -70,7 +70,10 @@ class ShowHost(command.ShowOne):
                    # Left out of the report: NVML cannot read them (an
                    # exporter of an earlier release does not say).
                    format_columns.ListDictColumn(
-                       host.get('unreadable_gpus') or [])]
+                       host.get('unreadable_gpus') or []),
+                   # Quarantined for a fault (core.health): why, since when.
+                   format_columns.ListDictColumn(
+                       host.get('quarantined_gpus') or [])]
         return titles, values
 
 

@@ -612,6 +612,15 @@ def _own_view(service):
 
 
 @dataclasses.dataclass(frozen=True, order=True)
+def _held(device, instance):
+    """A report device with the Nova instance holding it, as the agent
+    names it (the libvirt domain's UUID).
+    """
+    if instance:
+        device['instance'] = instance
+    return device
+
+
 class GuestDevice:
     """A GPU device of a guest, as the host shows it."""
 
@@ -882,6 +891,13 @@ class GpuCloudTestCase(test_vgpu.VGPUTestBase):
             os.path.join(directory, 'nova-gpu.yaml'))
         return directory
 
+    def set_gpu_health(self, hostname, index, health):
+        """What the agent's NVML health pass says of a GPU
+        (``core.health.Health``; None: healthy), in its next reports.
+        """
+        self._health = dict(getattr(self, '_health', {}))
+        self._health[(hostname, index)] = health
+
     def keep_gpu_heads(self, hostnames=None):
         """What nova-gpu-agent's cycle writes to Placement: the set traits
         of one free VF per GPU whose VFs are providers
@@ -986,18 +1002,21 @@ class GpuCloudTestCase(test_vgpu.VGPUTestBase):
             for uuid, _parent in state.mdevs():
                 slot = state.gpu_instances.get(uuid)
                 if slot is not None:
-                    devices.append({'kind': host_mod.MIG,
-                                    'detail': list(slot.detail),
-                                    'uuid': uuid})
+                    devices.append(_held({'kind': host_mod.MIG,
+                                          'detail': list(slot.detail),
+                                          'uuid': uuid},
+                                         used.get(uuid.lower())))
                 elif uuid.lower() in used:
-                    devices.append({'kind': host_mod.VGPU,
-                                    'detail': spec.vgpu_type, 'uuid': uuid})
+                    devices.append(_held({'kind': host_mod.VGPU,
+                                          'detail': spec.vgpu_type,
+                                          'uuid': uuid}, used[uuid.lower()]))
             return devices
         if spec.path == VFIO:
-            return [{'kind': host_mod.VGPU, 'detail': spec.vgpu_type,
-                     'vf': vf} for vf in state.vfs if vf in used]
-        return ([{'kind': host_mod.WHOLE}] if state.address in used
-                else [])
+            return [_held({'kind': host_mod.VGPU, 'detail': spec.vgpu_type,
+                           'vf': vf}, used[vf])
+                    for vf in state.vfs if vf in used]
+        return ([_held({'kind': host_mod.WHOLE}, used[state.address])]
+                if state.address in used else [])
 
     def gpu_report(self, hostname):
         """The GPU report nova-gpu-agent would publish for ``hostname``."""
@@ -1020,6 +1039,9 @@ class GpuCloudTestCase(test_vgpu.VGPUTestBase):
                 'providers': self.providers_of_gpu(hostname, state),
                 'devices': self._gpu_devices(state, used),
                 'idle_mdevs': self._idle_mdevs(state, used)})
+            health = getattr(self, '_health', {}).get((hostname, i))
+            if health is not None:
+                raw[-1]['health'] = health.to_dict()
         return {
             'version': report_mod.VERSION, 'host': hostname,
             'nodename': hostname, 'generation': next(self._generations),

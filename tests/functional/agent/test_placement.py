@@ -117,21 +117,22 @@ class TestHeads(PlacementCase):
         uuids = {n: u for gpu in vfs for n, u in gpu}
         client = placement.PlacementClient(self.conn)
         report = client.annotate(self._report(names))
-        self.assertEqual(2, report['agent']['heads_moved'])
-        self.assertEqual(gpu_sets.traits_at(0, 2),
-                         self._set_traits(uuids[names[0][0]]))
-        self.assertEqual(gpu_sets.traits_at(1, 2),
-                         self._set_traits(uuids[names[1][0]]))
-        self.assertEqual(set(), self._set_traits(uuids[names[0][1]]))
+        # 2 GPUs: every free VF is a head (gpu_sets.heads_per_gpu).
+        self.assertEqual(4, report['agent']['heads_moved'])
+        for gpu in (0, 1):
+            for name in names[gpu]:
+                self.assertEqual(gpu_sets.traits_at(gpu, 2),
+                                 self._set_traits(uuids[name]))
         # OWNER_NOVA and nova-compute's own traits stay.
         resp = self.conn.placement.get(
             '/resource_providers/%s/traits' % uuids[names[0][0]],
             microversion='1.6')
         self.assertIn(os_traits.OWNER_NOVA, resp.json()['traits'])
+        self.assertIn('CUSTOM_NVIDIA_222', resp.json()['traits'])
         # Again: nothing to change.
         self.assertEqual(0, client.annotate(
             self._report(names))['agent']['heads_moved'])
-        # A guest takes GPU 0's head: the head moves to its other VF.
+        # A guest takes a VF of GPU 0: its set traits go.
         consumer = '7a4c7e06-4f4c-4b1e-9a55-0d3b8e5f4a10'
         resp = self.conn.placement.put(
             '/allocations/%s' % consumer, json={
@@ -141,8 +142,14 @@ class TestHeads(PlacementCase):
                 'consumer_generation': None},
             microversion='1.28')
         self.assertEqual(204, resp.status_code, resp.text)
-        self.assertEqual(2, client.annotate(
-            self._report(names))['agent']['heads_moved'])
+        # The quick pass between cycles sees it, from the cached providers.
+        self.assertEqual(1, client.keep_heads(*client.last))
         self.assertEqual(set(), self._set_traits(uuids[names[0][0]]))
         self.assertEqual(gpu_sets.traits_at(0, 2),
                          self._set_traits(uuids[names[0][1]]))
+        # Freed again: it gets them back.
+        resp = self.conn.placement.delete('/allocations/%s' % consumer)
+        self.assertEqual(204, resp.status_code, resp.text)
+        self.assertEqual(1, client.keep_heads(*client.last))
+        self.assertEqual(gpu_sets.traits_at(0, 2),
+                         self._set_traits(uuids[names[0][0]]))

@@ -67,6 +67,8 @@ class TestService(test_mdev.MdevTestCase):
         self.assertEqual('1.0', doc['meta']['schema_version'])
         self.assertEqual(
             {'identification': {'name': 'cmp1_pci_0000_3b_00_0'},
+             # topology, and the set traits of GPU 0 of 2 (core.gpu_sets)
              'traits': {'additional': ['CUSTOM_GPU_MODEL_T4',
-                                       'CUSTOM_GPU_NUMA_0']}},
+                                       'CUSTOM_GPU_NUMA_0',
+                                       'CUSTOM_NOVA_GPU_SET2_0']}},
             doc['providers'][0])

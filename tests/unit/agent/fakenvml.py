@@ -61,6 +61,17 @@ class FakeGpu:
         self.needs_reset = False
         self.mig_capable = True
         self.vgpus = {}  # vGPU instance id -> GPU instance id it runs on
+        # Health counters (nvml.h): volatile uncorrectable ECC errors,
+        # retired pages pending, remapped rows (corr, unc, pending,
+        # failure), clock event reasons. ``health_counters`` False: the
+        # GPU has none of them (NVML_ERROR_NOT_SUPPORTED, as on a T4 or
+        # with ECC off).
+        self.ecc_volatile = 0
+        self.retired_pending = False
+        self.remap = (0, 0, False, False)
+        self.clock_reasons = 0
+        self.health_counters = True
+        self.events_supported = 0x8 | 0x2  # Xid critical, double-bit ECC
 
 
 class FakePynvml(types.SimpleNamespace):
@@ -83,6 +94,78 @@ class FakePynvml(types.SimpleNamespace):
         self.state_file = state_file
         if state_file and os.path.exists(state_file):
             self._sync()
+
+    # -- health: events and counters, as nvml.h documents them ----------
+
+    def nvmlEventSetCreate(self):
+        return {'queue': [], 'devices': {}}
+
+    def nvmlDeviceGetSupportedEventTypes(self, dev):
+        return dev.events_supported
+
+    def nvmlDeviceRegisterEvents(self, dev, types_, event_set):
+        if types_ & ~dev.events_supported:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        event_set['devices'][id(dev)] = types_
+        self.event_sets = getattr(self, 'event_sets', [])
+        if event_set not in self.event_sets:
+            self.event_sets.append(event_set)
+
+    def raise_event(self, dev, event_type, data=0):
+        """The driver posts an event (an Xid, a double-bit ECC error) to
+        every set the GPU registered it in.
+        """
+        for event_set in getattr(self, 'event_sets', ()):
+            if event_set['devices'].get(id(dev), 0) & event_type:
+                event = pynvml.c_nvmlEventData_t()
+                event.eventType = event_type
+                event.eventData = data
+                event_set['queue'].append((dev, event))
+
+    def nvmlEventSetWait_v2(self, event_set, timeout_ms):
+        # nvmlEventSetWait_v2: NVML_ERROR_TIMEOUT when nothing arrived in
+        # timeout_ms (0: return at once).
+        if not event_set['queue']:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_TIMEOUT)
+        dev, event = event_set['queue'].pop(0)
+        # The device handle of the event: the GPU's own handle.
+        return types.SimpleNamespace(device=dev, eventType=event.eventType,
+                                     eventData=event.eventData,
+                                     gpuInstanceId=0, computeInstanceId=0)
+
+    def _counters(self, dev):
+        if not dev.health_counters:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+
+    def nvmlDeviceGetTotalEccErrors(self, dev, error_type, counter_type):
+        self._counters(dev)
+        if (error_type, counter_type) != (
+                pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED,
+                pynvml.NVML_VOLATILE_ECC):
+            return 0
+        return dev.ecc_volatile
+
+    def nvmlDeviceGetRetiredPagesPendingStatus(self, dev):
+        self._counters(dev)
+        return (pynvml.NVML_FEATURE_ENABLED if dev.retired_pending
+                else pynvml.NVML_FEATURE_DISABLED)
+
+    def nvmlDeviceGetRemappedRows(self, dev):
+        self._counters(dev)
+        return dev.remap
+
+    def nvmlDeviceGetCurrentClocksEventReasons(self, dev):
+        self._counters(dev)
+        return dev.clock_reasons
+
+    def reset_counters(self, dev):
+        """What a GPU reset does to them: volatile counts and pending
+        flags back to zero (aggregate ones, not modelled, stay).
+        """
+        dev.ecc_volatile = 0
+        dev.retired_pending = False
+        corr, unc, _pending, failure = dev.remap
+        dev.remap = (corr, unc, False, failure)
 
     def fail(self, name, error, address=None):
         """Make NVML call ``name`` raise ``NVMLError(error)``, for the GPU
@@ -143,11 +226,17 @@ class FakePynvml(types.SimpleNamespace):
 
     # -- vGPUs on MIG (what the driver reports of running guests) -----------
 
-    def start_vgpu_on(self, dev, gi_id):
-        """A guest's vGPU now runs on GPU instance ``gi_id``."""
+    def start_vgpu_on(self, dev, gi_id, mdev=None):
+        """A guest's vGPU now runs on GPU instance ``gi_id`` (as mdev
+        ``mdev``, its UUID, where given). vGPU instance ids are unique on
+        the host, as NVML's are.
+        """
         self._sync()
-        vgpu = max(list(dev.vgpus) + [0]) + 1
+        vgpu = max([v for g in self.gpus for v in g.vgpus] + [0]) + 1
         dev.vgpus[vgpu] = gi_id
+        if mdev:
+            dev.vgpu_mdevs = dict(getattr(dev, 'vgpu_mdevs', {}))
+            dev.vgpu_mdevs[vgpu] = mdev
         self._flush()
         return vgpu
 
@@ -156,6 +245,14 @@ class FakePynvml(types.SimpleNamespace):
             raise pynvml.NVMLError_NotSupported()
         self._sync()
         return sorted(dev.vgpus)
+
+    def nvmlVgpuInstanceGetMdevUUID(self, vgpu):
+        # The mdev a vGPU instance runs as (KVM hosts), where recorded.
+        for dev in self.gpus:
+            uuid = getattr(dev, 'vgpu_mdevs', {}).get(vgpu)
+            if uuid:
+                return uuid
+        raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_FOUND)
 
     def nvmlVgpuInstanceGetGpuInstanceId(self, vgpu):
         for dev in self.gpus:

@@ -11,7 +11,8 @@ from nova_gpu.agent import errors
 
 COMMANDS = {'list', 'profiles', 'report', 'reconcile', 'create_mdev',
             'create_vgpu', 'create_mig', 'remove_mdev', 'remove_vgpu',
-            'remove_mig', 'attach', 'detach'}
+            'remove_mig', 'attach', 'detach', 'quarantine_list',
+            'quarantine_clear'}
 
 
 class AppTest(testtools.TestCase):

@@ -202,6 +202,16 @@ class TestA100Mig(SysfsCase):
         _inv, data = self._mig_backed_host({})
         self.assertEqual([['3g.20gb', 0], ['2g.10gb', 4]], self._held(data))
 
+    def test_the_guest_holding_a_gpu_instance_is_named(self):
+        # NVML: the vGPU on GI 1 (the 3g.20gb at slice 0) runs as the
+        # guest's mdev; libvirt: that mdev is the domain's.
+        uuid = '4b20d080-1b54-4048-85b3-a6a62d165c01'
+        self.lib.start_vgpu_on(self.lib.gpus[0], 1, mdev=uuid)
+        _inv, data = self._mig_backed_host({uuid: [INSTANCE]}, uuid)
+        by_start = {d['detail'][1]: d.get('instance')
+                    for d in data['gpus'][0]['devices']}
+        self.assertEqual({0: INSTANCE, 4: None}, by_start)
+
     def test_every_gpu_instance_held_without_libvirt(self):
         self.fs.add_mdev_vfs('0000:07:00.0', 2, {
             'nvidia-700': ('NVIDIA A100-3-20C', 1)})
@@ -696,6 +706,22 @@ class TestProviders(SysfsCase):
         self.assertEqual(['H100-20C'], [d['detail'] for d in used(inv)])
         # Which instance holds it: the guest's own VF, not its pool's.
         self.assertEqual([INSTANCE], [d['instance'] for d in used(inv)])
+
+    def test_a_passed_through_gpu_is_a_whole_device_of_its_guest(self):
+        self.fs.add_pci('0000:c1:00.0', '0x2335', driver='vfio-pci')
+
+        class Libvirt:
+            def pci_devices(self):
+                return [{'name': 'pci_0000_c1_00_0'}]
+
+            def domain_refs(self, by='name'):
+                return {'0000:c1:00.0': [INSTANCE]}
+        self.assertEqual([], self.discover().report()['gpus'][0]['devices'])
+        data = self.discover(libvirt=Libvirt()).report()
+        self.assertEqual([{'kind': 'whole', 'instance': INSTANCE}],
+                         data['gpus'][0]['devices'])
+        self.assertFalse(
+            report.host_from_dict(data, CATALOG).gpus[0].is_free)
 
     def test_idle_mdev_is_room_not_usage(self):
         # Nova gives an mdev no guest holds to the next guest of its type:

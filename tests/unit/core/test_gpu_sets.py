@@ -134,6 +134,14 @@ class StandInTest(testtools.TestCase):
                               current={'g0_vf2'})
         self.assertEqual(['g0_vf0'], heads_of_gpu0(plan))
 
+    def test_a_quarantined_gpu_has_no_head(self):
+        gpus = self._vf_gpus(2)
+        gpus[1]['health'] = {'quarantined': True, 'reason': 'Xid 48'}
+        plan = gpu_sets.heads(gpus, lambda n: True)
+        self.assertTrue(plan['g0_vf0'])
+        self.assertEqual({frozenset()},
+                         {plan['g1_vf%d' % v] for v in range(4)})
+
     def test_mixed_pf_and_vf_gpus_share_positions(self):
         gpus = [_gpu(0, report_mod.PF_MDEV, ['pf']),
                 _gpu(1, report_mod.VF_MDEV, ['vf0', 'vf1'])]

@@ -44,7 +44,16 @@ def emitted_names():
                                  'nvml_index': 1, 'reason': 'GPU is lost'}]
     host.observe(cycle, journal_intents=0)
     state = cloud.CloudState(CATALOG)
-    state.ingest_report(test_cloud.mixed_report())
+    report = test_cloud.mixed_report()
+    # A quarantined GPU (core.health), so that its series is emitted too.
+    report['gpus'][0]['health'] = {'quarantined': True, 'faults': [],
+                                   'reason': 'Xid 48: double-bit ECC error'}
+    # An idle guest device (core.idle), so that its series is emitted too.
+    report['gpus'][0]['devices'] = [{
+        'kind': 'mig', 'detail': ['3g.20gb', 0, None], 'instance': 's1',
+        'idle': {'since': 0.0, 'seconds': 1800.0, 'peak_compute': 0.0,
+                 'peak_memory_mib': 100.0, 'suggestion': '1g.5gb'}}]
+    state.ingest_report(report)
     names = set()
     for c in (host, collector.CloudCollector(state)):
         registry = prometheus_client.CollectorRegistry()

@@ -119,6 +119,20 @@ class CommandsTest(testtools.TestCase):
                           commands.ShowHost, 'nope')
         self.assertEqual([], out['Unreadable GPUs'])
 
+    def test_host_show_names_quarantined_gpus(self):
+        report = test_cloud.mixed_report(2, name='gpu-2')
+        report['gpus'][0]['health'] = {
+            'quarantined': True, 'faults': [],
+            'reason': 'Xid 79: GPU has fallen off the bus (needs a reboot)'}
+        self.state.ingest_report(report)
+        _c, _p, (columns, values) = self.run_cmd(commands.ShowHost, 'gpu-2')
+        shown = dict(zip(columns, values))
+        held = shown['Quarantined GPUs'].machine_readable()
+        self.assertEqual(1, len(held))
+        self.assertIn('Xid 79', held[0]['reason'])
+        self.assertEqual(report['gpus'][0]['health'], shown[
+            'GPU Devices'].machine_readable()[0]['health'])
+
     def test_host_show_names_gpus_nvml_cannot_read(self):
         report = test_cloud.mixed_report(2, name='gpu-2')
         report['left_out'] = [{'address': '0000:9a:00.0',
