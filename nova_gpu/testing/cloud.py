@@ -611,7 +611,6 @@ def _own_view(service):
     return view_mod.of_service(service.manager)
 
 
-@dataclasses.dataclass(frozen=True, order=True)
 def _held(device, instance):
     """A report device with the Nova instance holding it, as the agent
     names it (the libvirt domain's UUID).
@@ -621,6 +620,7 @@ def _held(device, instance):
     return device
 
 
+@dataclasses.dataclass(frozen=True, order=True)
 class GuestDevice:
     """A GPU device of a guest, as the host shows it."""
 

@@ -16,6 +16,7 @@ from nova.pci import request
 from nova import test
 from oslo_config import cfg
 
+from nova_gpu.core import gpu_sets
 from nova_gpu.testing import cloud
 from nova_gpu.testing import service_conf
 
@@ -51,13 +52,23 @@ class ServiceFilesTest(test.NoDBTestCase):
         return request.get_alias_from_config()
 
     def test_every_service_file_set_passes_novas_check(self):
+        # The one-device aliases and the set aliases of multi-GPU flavors
+        # (core.gpu_sets), each with its resource class and trait.
+        expected = {'nvidia-gpu', 'nvidia-vgpu'} | {
+            gpu_sets.alias_name(base, count, k)
+            for base in ('nvidia-gpu', 'nvidia-vgpu')
+            for count in range(2, gpu_sets.MAX_COUNT + 1)
+            for k in range(count)}
         for service in service_conf.SERVICES:
             aliases = self._check(service, pci=True)
-            self.assertEqual({'nvidia-gpu', 'nvidia-vgpu'}, set(aliases))
+            self.assertEqual(expected, set(aliases))
         for path in service_conf.PATH_FILES:
             aliases = self._check(service_conf.COMPUTE, pci=True,
                                   paths=[path])
-            self.assertEqual({'nvidia-gpu', 'nvidia-vgpu'}, set(aliases))
+            self.assertEqual(expected, set(aliases))
+        spec = aliases['nvidia-gpu-set4-3'][1][0]
+        self.assertEqual('CUSTOM_NOVA_GPU_SET4_3', spec['traits'])
+        self.assertEqual('CUSTOM_NVIDIA_GPU', spec['resource_class'])
 
     def test_aliases_without_pci_in_placement_refused_as_nova_does(self):
         # The old docs: the aliases in nova-api's and nova-compute's files,
