@@ -219,12 +219,28 @@ class ShowServer(command.ShowOne):
                     entry.update(self._device(known, server.id))
                 devices.append(entry)
         flavor = getattr(server, 'flavor', None) or {}
-        return (['ID', 'Name', 'Host', 'Flavor', 'GPU Devices'],
+        return (['ID', 'Name', 'Host', 'Flavor', 'GPU Devices', 'Idle'],
                 [server.id, server.name, getattr(server, 'compute_host',
                                                  None),
                  flavor.get('original_name') or flavor.get('name') or
                  flavor.get('id'),
-                 format_columns.ListDictColumn(devices)])
+                 format_columns.ListDictColumn(devices),
+                 format_columns.ListDictColumn(self._idle(server.id))])
+
+    def _idle(self, server_id):
+        """The server's idle devices (``core.idle``: since when, peak,
+        the right-sizing suggestion), as ``openstack gpu idle`` lists them.
+        """
+        try:
+            rows = self.app.client_manager.gpu.idle()
+        except Exception as e:  # the devices still show without it
+            LOG.warning('cannot read idle devices from nova-gpu-exporter: '
+                        '%s', e)
+            return []
+        keep = ('device', 'seconds', 'since', 'peak_compute',
+                'peak_memory_mib', 'suggestion')
+        return [{k: row.get(k) for k in keep} for row in rows
+                if row.get('server_id') == server_id]
 
     def _device(self, provider, server_id):
         """What the guest has of ``provider``: plain values, no lists.

@@ -200,6 +200,27 @@ class CommandsTest(testtools.TestCase):
             'address': '0000:3b:00.4', 'vgpu_type': 'L4-6C'}],
             shown['GPU Devices'].machine_readable())
 
+    def test_server_show_marks_idle_devices(self):
+        from tests.unit.exporter import test_idle
+        report = test_idle.idle_report()
+        report['host'] = report['nodename'] = 'gpu-9'
+        self.state.ingest_report(report)
+        self.conn.server = types.SimpleNamespace(
+            id=test_idle.SERVER, name='idle-vm', compute_host='gpu-9',
+            flavor={})
+        self.conn.allocations = {}
+        _c, _p, (columns, values) = self.run_cmd(commands.ShowServer,
+                                                 'idle-vm')
+        (idle,) = dict(zip(columns, values))['Idle'].machine_readable()
+        self.assertEqual(2400.0, idle['seconds'])
+        self.assertEqual('1g.5gb', idle['suggestion'])
+        # Another server: nothing idle.
+        self.conn.server.id = 'srv-other'
+        _c, _p, (columns, values) = self.run_cmd(commands.ShowServer,
+                                                 'idle-vm')
+        self.assertEqual([], dict(zip(columns, values))[
+            'Idle'].machine_readable())
+
     def test_server_show_names_the_guests_own_vf(self):
         # An H100 whose two vendor-VFIO VFs are pooled in one provider; the
         # guest srv-2 holds the second (its host's agent saw its domain).
