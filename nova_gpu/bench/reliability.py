@@ -36,6 +36,8 @@ PARTS = (
                  'every path'),
     ('health', 'GPU faults, resets, reboots and agent restarts: '
                'quarantines'),
+    ('usage', 'usage for billing through report outages, exporter '
+              'restarts and migrations'),
 )
 RESULTS = os.path.join(os.path.dirname(__file__), '..', '..', 'doc',
                        'source', 'results', 'reliability.md')
