@@ -994,18 +994,18 @@ class GpuCloudTestCase(test_vgpu.VGPUTestBase):
         """The GPU's devices in use, as the agent reads them."""
         spec = state.spec
         if spec.path in (PF_MDEV, VF_MDEV):
-            # In MIG mode every mdev holds its GPU instance, in use by a
-            # guest or kept for the next one. A time-sliced mdev counts
-            # only while a guest holds it: Nova gives an idle one to the
-            # next guest of its type (the agent's report does the same).
+            # An mdev counts only while a guest holds it: Nova gives an
+            # idle one to the next guest of its type, and in MIG mode the
+            # GPU instance behind it with it (the agent reports those
+            # under idle_mdevs and idle_gpu_instances, as room).
             devices = []
             for uuid, _parent in state.mdevs():
                 slot = state.gpu_instances.get(uuid)
-                if slot is not None:
+                if slot is not None and uuid.lower() in used:
                     devices.append(_held({'kind': host_mod.MIG,
                                           'detail': list(slot.detail),
                                           'uuid': uuid},
-                                         used.get(uuid.lower())))
+                                         used[uuid.lower()]))
                 elif uuid.lower() in used:
                     devices.append(_held({'kind': host_mod.VGPU,
                                           'detail': spec.vgpu_type,
@@ -1038,7 +1038,12 @@ class GpuCloudTestCase(test_vgpu.VGPUTestBase):
                 'vgpu_types': [spec.vgpu_type] if spec.vgpu_type else None,
                 'providers': self.providers_of_gpu(hostname, state),
                 'devices': self._gpu_devices(state, used),
-                'idle_mdevs': self._idle_mdevs(state, used)})
+                'idle_mdevs': self._idle_mdevs(state, used),
+                'idle_gpu_instances': [
+                    {'detail': list(state.gpu_instances[uuid].detail)}
+                    for uuid, _parent in state.mdevs()
+                    if uuid in state.gpu_instances
+                    and uuid.lower() not in used]})
             health = getattr(self, '_health', {}).get((hostname, i))
             if health is not None:
                 raw[-1]['health'] = health.to_dict()
