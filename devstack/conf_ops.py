@@ -16,10 +16,17 @@ one edit per line for devstack's ini functions, fields separated by tabs:
   replaces them.
 
 Parsing is oslo.config's, as the services read the files.
+
+``python3 conf_ops.py --set-multi FILE SECTION OPTION VALUE...`` writes a
+multi-valued option, one line per value, in place of the section's lines
+of that option (devstack's ``iniset_multiline`` splits its values at
+blanks: a JSON value such as a ``[pci] alias`` came out as one line per
+word, and nova-api refused to start on them).
 """
 
 import glob
 import os
+import re
 import sys
 
 from oslo_config import cfg
@@ -71,8 +78,44 @@ def edits(source, target, etc_dir):
     return result
 
 
+def set_multi(path, section, option, values):
+    """The option's lines of the section replaced by one line per value.
+
+    The rest of the file (comments, other options, other sections) is left
+    as it is; the section is added at the end where the file has none.
+    """
+    lines = []
+    if os.path.exists(path):
+        with open(path) as f:
+            lines = f.read().splitlines()
+    header = re.compile(r'^\[(.*)\]\s*$')
+    mine = re.compile(r'^%s\s*=' % re.escape(option))
+    new = ['%s = %s' % (option, v) for v in values]
+    out, current, done = [], None, False
+    for line in lines:
+        match = header.match(line)
+        if match:
+            current = match.group(1)
+            out.append(line)
+            if current == section and not done:
+                out.extend(new)
+                done = True
+            continue
+        if current == section and mine.match(line):
+            continue
+        out.append(line)
+    if not done:
+        out += ([''] if out else []) + ['[%s]' % section] + new
+    with open(path, 'w') as f:
+        f.write('\n'.join(out) + '\n')
+
+
 def main(argv=None):
-    source, target, etc_dir = (argv or sys.argv[1:])
+    argv = argv or sys.argv[1:]
+    if argv[0] == '--set-multi':
+        set_multi(argv[1], argv[2], argv[3], argv[4:])
+        return
+    source, target, etc_dir = argv
     for edit in edits(source, target, etc_dir):
         print('\t'.join(edit))
 

@@ -5,7 +5,7 @@
 # environment Nova runs from, adds the GPU filter and weighers to
 # nova-scheduler, runs nova-gpu-agent beside nova-compute and creates
 # example GPU flavors; optionally installs the libvirt qemu hook and runs
-# nova-gpu-reclaimer and nova-gpu-defrag.
+# nova-gpu-exporter, nova-gpu-reclaimer and nova-gpu-defrag.
 #
 # devstack sources this file as "plugin.sh <mode> <phase>" after
 # devstack/settings; its functions (iniset, run_process, ...) are defined.
@@ -57,8 +57,12 @@ function _nova_gpu_apply_conf {
     while IFS=$'\t' read -r -a fields; do
         [[ ${#fields[@]} -ge 4 ]] || continue
         if [[ "${fields[0]}" == multi ]]; then
-            iniset_multiline "$target" "${fields[1]}" "${fields[2]}" \
-                "${fields[@]:3}"
+            # Not devstack's iniset_multiline: it splits the values at
+            # blanks, and JSON values ([pci] alias) have blanks.
+            "${NOVA_GPU_PYTHON:-python3}" "$NOVA_GPU_DIR/devstack/conf_ops.py" \
+                --set-multi "$target" "${fields[1]}" "${fields[2]}" \
+                "${fields[@]:3}" \
+                || die $LINENO "nova-gpu: cannot write ${fields[2]} into $target"
         else
             iniset "$target" "${fields[1]}" "${fields[2]}" "${fields[3]}"
         fi
@@ -212,7 +216,9 @@ function configure_nova_gpu_services {
 
 function start_nova_gpu_services {
     local service
-    for service in nova-gpu-reclaimer nova-gpu-defrag; do
+    # The exporter first: nova-gpu-defrag reads its capacity
+    # ([gpu_defrag] exporter_url, 127.0.0.1:9836 as [gpu_exporter] listen).
+    for service in nova-gpu-exporter nova-gpu-reclaimer nova-gpu-defrag; do
         is_service_enabled "$service" || continue
         run_process "$service" "$(get_python_exec_prefix)/$service \
 --config-file $NOVA_CONF --config-file $NOVA_GPU_AGENT_CONF"
@@ -221,7 +227,7 @@ function start_nova_gpu_services {
 
 function stop_nova_gpu_services {
     local service
-    for service in nova-gpu-reclaimer nova-gpu-defrag; do
+    for service in nova-gpu-exporter nova-gpu-reclaimer nova-gpu-defrag; do
         is_service_enabled "$service" && stop_process "$service"
     done
     return 0

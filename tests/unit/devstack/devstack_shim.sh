@@ -95,7 +95,10 @@ function iniset_multiline {
     local file=$1 section=$2 option=$3
     shift 3
     local values
-    values=$(printf '%s\n' "$@")
+    # As devstack's own ("for v in $@"): each word is a value, so a value
+    # with blanks comes out as one line per word.
+    # shellcheck disable=SC2068
+    values=$(printf '%s\n' $@)
     SHIM_VALUES=$values _shim_rewrite "$file" multi "$file" "$section" "$option"
 }
 

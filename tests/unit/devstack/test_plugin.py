@@ -302,6 +302,31 @@ class DevstackPluginTest(testtools.TestCase):
         self.run_phases('unstack')
         self.assertIn('stop_process nova-gpu-agent', self.calls())
 
+    def test_cloud_services_start_where_enabled(self):
+        # What tools/devstack-check.sh enables: the exporter before the
+        # defrag that reads it, each on nova.conf and the agent's file.
+        services = ['nova-gpu-exporter', 'nova-gpu-reclaimer',
+                    'nova-gpu-defrag']
+        env = {'ENABLED_SERVICES': 'key,n-api,n-cond,n-sch,n-cpu,'
+                                   'placement-api,' + ','.join(services),
+               'SHIM_BIN_DIR': '/opt/stack/data/venv/bin'}
+        self.run_phases('stack post-config', 'stack extra', 'unstack',
+                        env=env)
+        calls = self.calls()
+        starts = [c for c in calls if c.startswith('run_process nova-gpu-')
+                  and 'nova-gpu-agent' not in c]
+        self.assertEqual(
+            ['run_process %s /opt/stack/data/venv/bin/%s --config-file %s '
+             '--config-file %s' % (s, s, self.nova_conf, self.agent_conf)
+             for s in services], starts)
+        for service in services:
+            self.assertIn('stop_process %s' % service, calls)
+
+    def test_cloud_services_not_started_unless_enabled(self):
+        self.run_phases('stack post-config', 'stack extra')
+        self.assertFalse([c for c in self.calls()
+                          if 'run_process nova-gpu-exporter' in c])
+
     # -- the settings agree with the code ---------------------------------
 
     def settings_value(self, name):

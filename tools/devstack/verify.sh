@@ -1,0 +1,204 @@
+#!/bin/bash
+# The checks of tools/devstack-check.sh, run in the container as devstack's
+# user after stack.sh: the services are the systemd units devstack and the
+# plugin made, and a plain server boots through the real openstack CLI
+# with the credentials devstack wrote (/etc/openstack/clouds.yaml).
+# Prints one PASS/FAIL line per check; exits 1 if any failed.
+set -euo pipefail
+
+FAILED=0
+NAME=devstack-check-plain
+IMAGE=devstack-check-empty
+# devstack's clouds.yaml entries: "devstack" is the demo user of the demo
+# project, "devstack-admin" the admin.
+USER_CLOUD=devstack
+ADMIN_CLOUD=devstack-admin
+
+pass() { echo "PASS $*"; }
+fail() { echo "FAIL $*"; FAILED=1; }
+# check DESCRIPTION CMD...: PASS or FAIL by the command's status.
+check() {
+    local what=$1
+    shift
+    if "$@"; then pass "$what"; else fail "$what"; fi
+}
+os_user() { openstack --os-cloud "$USER_CLOUD" "$@"; }
+os_admin() { openstack --os-cloud "$ADMIN_CLOUD" "$@"; }
+
+echo "--- units"
+for unit in devstack@keystone devstack@g-api devstack@placement-api \
+        devstack@n-api devstack@n-super-cond devstack@n-cond-cell1 \
+        devstack@n-sch devstack@n-cpu devstack@neutron-api \
+        devstack@neutron-rpc-server devstack@neutron-periodic-workers \
+        devstack@nova-gpu-agent devstack@nova-gpu-exporter \
+        devstack@nova-gpu-reclaimer devstack@nova-gpu-defrag \
+        rabbitmq-server; do
+    state=$(systemctl is-active "$unit" || true)
+    if [[ $state == active ]]; then
+        pass "$unit active (since $(systemctl show -p ActiveEnterTimestamp --value "$unit"))"
+    else
+        fail "$unit is '$state'"
+        journalctl -u "$unit" --no-pager -n 15 || true
+    fi
+done
+# Debian's MySQL is MariaDB; devstack starts it as mariadb (alias mysql).
+if systemctl is-active --quiet mariadb || systemctl is-active --quiet mysql; then
+    pass "MySQL (MariaDB) active"
+else
+    fail "MySQL (MariaDB) not active"
+fi
+exec_start=$(systemctl show -p ExecStart --value devstack@n-api)
+if [[ $exec_start == *uwsgi* ]]; then
+    pass "nova-api runs under uwsgi"
+else
+    fail "nova-api is not uwsgi: $exec_start"
+fi
+# Nova 34's default native threading. Its "Service is starting with
+# native threading." comes before logging is set up and is lost; what the
+# journal shows is oslo.service's threading backend at work
+# (oslo_service.backend._threading), and no "Eventlet based service
+# backend" line. nova-api under uwsgi logs neither: only the latter is
+# checked there.
+for unit in devstack@n-sch devstack@n-super-cond devstack@n-cond-cell1 \
+        devstack@n-cpu devstack@n-api; do
+    journal=$(journalctl -u "$unit" --no-pager -o cat \
+        --since "$(systemctl show -p ActiveEnterTimestamp --value "$unit")")
+    threading=$(grep -c 'backend._threading' <<< "$journal" || true)
+    eventlet=$(grep -c 'Eventlet based service backend' <<< "$journal" || true)
+    if [[ $eventlet != 0 ]]; then
+        fail "$unit: started with eventlet"
+    elif [[ $threading != 0 ]]; then
+        pass "$unit: native threading ($threading lines of oslo.service's threading backend)"
+    elif [[ $unit == devstack@n-api ]]; then
+        pass "$unit: no eventlet backend line (uwsgi; nova-api logs no backend line)"
+    else
+        fail "$unit: no line of either backend in its journal"
+    fi
+done
+
+echo "--- configuration the plugin wrote"
+nova_conf=/etc/nova/nova.conf
+filters=$(crudini --get "$nova_conf" filter_scheduler enabled_filters 2>/dev/null ||
+    sed -n 's/^enabled_filters *= *//p' "$nova_conf")
+weighers=$(sed -n 's/^weight_classes *= *//p' "$nova_conf")
+check "GpuFilter enabled ($filters)" grep -q GpuFilter <<< "$filters"
+check "GPU weighers enabled ($weighers)" grep -q GpuFragmentationWeigher <<< "$weighers"
+
+echo "--- a plain server through the openstack CLI"
+if ! os_admin image show "$IMAGE" >/dev/null 2>&1; then
+    # No image server is reachable from here: an empty disk. QEMU runs it
+    # (its firmware finds nothing to boot), which is all Nova needs for
+    # ACTIVE.
+    qemu-img create -q -f qcow2 /tmp/$IMAGE.qcow2 1G
+    os_admin image create --public --disk-format qcow2 --container-format bare \
+        --file /tmp/$IMAGE.qcow2 "$IMAGE" -f value -c id
+fi
+os_user server delete --wait "$NAME" >/dev/null 2>&1 || true
+# nova-compute disables itself for a few seconds when libvirtd restarts
+# (COMPUTE_STATUS_DISABLED on its provider): wait until Placement offers
+# the flavor's resources on an enabled host, as the scheduler will ask.
+ready=0
+for _ in $(seq 1 60); do
+    if os_admin --os-placement-api-version 1.39 allocation candidate list \
+            --resource VCPU=1 --resource MEMORY_MB=512 --resource DISK_GB=1 \
+            --forbidden COMPUTE_STATUS_DISABLED -f value -c "resource provider" \
+            2>/dev/null | grep -q .; then
+        ready=1
+        break
+    fi
+    sleep 2
+done
+[[ $ready == 1 ]] || fail "Placement offers no enabled host for m1.tiny after 120 s"
+start=$(date +%s)
+if os_user server create --flavor m1.tiny --image "$IMAGE" --nic none \
+        --wait "$NAME" -f value -c id >/tmp/$NAME.id; then
+    status=$(os_user server show "$NAME" -f value -c status || true)
+    elapsed=$(( $(date +%s) - start ))
+    if [[ $status == ACTIVE ]]; then
+        pass "server $NAME ACTIVE in ${elapsed} s"
+    else
+        fail "server $NAME is $status after ${elapsed} s"
+    fi
+else
+    fail "openstack server create failed"
+    os_user server show "$NAME" -f yaml -c status -c fault || true
+fi
+server_id=$(cat /tmp/$NAME.id 2>/dev/null || true)
+if [[ -n "$server_id" ]]; then
+    # By id: the admin's project is not the demo user's.
+    host=$(os_admin server show "$server_id" -f value -c OS-EXT-SRV-ATTR:hypervisor_hostname || true)
+    domain=$(os_admin server show "$server_id" -f value -c OS-EXT-SRV-ATTR:instance_name || true)
+    echo "server $server_id on $host, libvirt domain $domain"
+    if [[ -n "$domain" ]] && sudo virsh domstate "$domain" 2>/dev/null | grep -q running; then
+        pass "libvirt domain $domain running ($(sudo virsh dumpxml "$domain" | grep -o -m1 "<domain type='[a-z]*'"))"
+    else
+        fail "libvirt domain '$domain' not running"
+    fi
+    if os_admin resource provider allocation show "$server_id" -f value >/tmp/$NAME.alloc 2>&1; then
+        pass "Placement allocation: $(tr '\n' ' ' < /tmp/$NAME.alloc)"
+    else
+        fail "no Placement allocation for $server_id: $(cat /tmp/$NAME.alloc)"
+    fi
+    # The filter and the weighing ran for this request (devstack logs at
+    # debug). Nova's "Weighed [...]" line names no weigher; the GPU
+    # weighers are in weight_classes, and nova-scheduler does not start
+    # with a class it cannot load.
+    since=$(date -d "@$start" '+%F %T')
+    sched=$(journalctl -u devstack@n-sch --since "$since" --no-pager -o cat)
+    if grep -q "Filter GpuFilter returned 1 host(s)" <<< "$sched"; then
+        pass "nova-scheduler: 'Filter GpuFilter returned 1 host(s)' for this boot"
+    else
+        fail "nova-scheduler log has no GpuFilter line for this boot"
+    fi
+    if grep -q "Weighed \[WeighedHost" <<< "$sched"; then
+        pass "nova-scheduler weighed the host for this boot ($(grep -o -m1 'weight: [0-9.]*' <<< "$sched"))"
+    else
+        fail "nova-scheduler log has no Weighed line for this boot"
+    fi
+fi
+
+echo "--- the plugin's commands and services"
+# The agent reports every [gpu_agent] reconcile_interval (60 s) over
+# devstack's RabbitMQ; the exporter lists a host once a report arrived.
+listed=0
+for _ in $(seq 1 45); do
+    if os_admin gpu host list -f value -c Host 2>/dev/null | grep -qx "$(hostname)"; then
+        listed=1
+        break
+    fi
+    sleep 4
+done
+if os_admin gpu host list >/tmp/gpu-host-list.out 2>&1; then
+    pass "openstack gpu host list answers"
+else
+    fail "openstack gpu host list failed"
+fi
+cat /tmp/gpu-host-list.out
+if [[ $listed == 1 ]]; then
+    pass "the agent's report of $(hostname) reached the exporter (gpu host list)"
+else
+    fail "no report of $(hostname) in openstack gpu host list after 180 s"
+fi
+if os_admin gpu capacity >/tmp/gpu-capacity.out 2>&1; then
+    pass "openstack gpu capacity answers"
+else
+    fail "openstack gpu capacity failed"
+fi
+cat /tmp/gpu-capacity.out
+if curl -sf http://127.0.0.1:9836/metrics >/tmp/exporter.metrics; then
+    pass "nova-gpu-exporter serves /metrics ($(grep -c '^nova_gpu' /tmp/exporter.metrics) nova_gpu samples)"
+else
+    fail "nova-gpu-exporter /metrics does not answer"
+fi
+
+if [[ -n "$server_id" ]]; then
+    start=$(date +%s)
+    if os_user server delete --wait "$NAME"; then
+        pass "server deleted in $(( $(date +%s) - start )) s"
+    else
+        fail "server delete failed"
+    fi
+fi
+
+if [[ $FAILED == 0 ]]; then echo "verify: all checks passed"; else echo "verify: some checks FAILED"; fi
+exit "$FAILED"
