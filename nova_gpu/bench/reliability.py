@@ -27,6 +27,8 @@ PARTS = (
     ('specs', 'fuzzed flavor extra specs through the real API'),
     ('reports', 'fuzzed GPU reports into the scheduler view'),
     ('boots', 'concurrent boots to exhaustion, two schedulers racing'),
+    ('schedulers', 'claim conflicts and early NoValidHost with 1, 2, 3 '
+                   'and 5 schedulers, against stock Nova'),
     ('agent', 'agent SIGKILLs, RabbitMQ and libvirtd restarts'),
     ('nvml', 'NVML faults during discovery: GPUs lost or unreadable'),
     ('broker', 'scheduling and reporting with the broker up, stopped, '

@@ -133,6 +133,28 @@ opts = [
                     'counted in its view before the host\'s next report '
                     'confirms it. Only preferences depend on it: Placement '
                     'decides whether a claim succeeds.'),
+    cfg.IntOpt('claim_retries', default=5, min=0, max=10,
+               help='How many more times nova-scheduler schedules a GPU '
+                    'request whose every Placement claim was refused '
+                    'although GpuFilter passed a host that could serve it: '
+                    'other scheduler services took those devices between '
+                    'Placement offering them and Nova claiming them (Nova '
+                    'claims only candidate 0 of each host, and every '
+                    'scheduler computes the same alternates). Each retry '
+                    'asks Placement for fresh allocation candidates after '
+                    'a random wait (at most 0.1 s, doubling each time); '
+                    'while the request races other schedulers, a retry '
+                    'that gets NoValidHost is retried too, until it is '
+                    'placed or the retries run out. A request no host can '
+                    'serve gets NoValidHost at once, as before. 0: Nova\'s '
+                    'behaviour, NoValidHost after the first attempt.'),
+    cfg.FloatOpt('claim_retry_seconds', default=10.0, min=0.0,
+                 help='No retry of a GPU request whose claims were lost '
+                      '(claim_retries) starts later than this many seconds '
+                      'after its first attempt started; the request then '
+                      'gets NoValidHost. Bounds the time one request can '
+                      'hold a scheduler worker (the conductor waits up to '
+                      '[DEFAULT] long_rpc_timeout for it).'),
     cfg.IntOpt('demand_window', default=1000, min=1,
                help='How many recent GPU requests form the demand '
                     'distribution the fragmentation measure uses.'),

@@ -259,6 +259,41 @@ def numa_fit(host, gpus, req):
     return None, 1.0
 
 
+# Costs are compared to this many decimals: choices whose costs differ
+# only in float noise (the same choice computed along two paths) are
+# equally good.
+COST_DIGITS = 9
+
+
+def equally_good(a, b):
+    """Whether the choices ``a`` and ``b`` cost the same, noise aside.
+
+    The cost already makes near-equal choices equal where the policy sees
+    no difference (fragmentation in steps of ``CostWeights.quantum``) and
+    keeps apart what it prefers (best fit, ``CostWeights.tight``: a GPU
+    with less free capacity left costs less), so equal costs are exactly
+    the choices the policy cannot tell apart: devices of one GPU, GPUs in
+    the same state, hosts in the same state.
+    """
+    return round(a.cost, COST_DIGITS) == round(b.cost, COST_DIGITS)
+
+
+def tie_break(count, draw):
+    """Which of ``count`` equally good choices to take (an index).
+
+    ``draw`` is a random number in [0, 1) drawn for this decision alone
+    (one request, one host, one scheduler). Taking the first every time
+    sends every scheduler service, and every request they schedule at
+    once, to the same device: all but one of their claims then fail
+    (Nova claims candidate 0 of a host, and Placement refuses a device
+    taken since). A draw per decision spreads them evenly, at no cost to
+    the policy, which has no preference among them.
+    """
+    if count <= 1:
+        return 0
+    return min(count - 1, int(draw * count))
+
+
 def _cost(choice):
     return choice.cost
 

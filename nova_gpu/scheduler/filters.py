@@ -365,6 +365,44 @@ def decisions_of(host_states, spec_obj):
     return found.decisions
 
 
+def claims_lost(spec_obj):
+    """Whether Nova's last pass for ``spec_obj`` had a host it could claim
+    on: one this filter let through whose allocation candidates Nova read
+    and found usable (or a host the filter left to Nova).
+
+    Asked when Nova answered NoValidHost (``listener``): Nova tries
+    candidate 0 of every host the filters passed, in weighed order, until
+    a claim holds, so such a host means every claim it tried failed.
+    Placement refuses a claim when another scheduler took the device
+    since it offered it (a conflict), not because no host can serve. A
+    pass that let no host through, or one whose hosts Placement offered
+    nothing usable, was a refusal. Never raises.
+    """
+    try:
+        found = _PASSES.get(spec_obj)
+        if found is None:
+            return False
+        for decision in found.decisions:
+            if decision.ranking is not None:
+                continue  # candidates Nova never read: not tried
+            if decision.why is None and (decision.order is None
+                                         or len(decision.order)):
+                return True
+        return False
+    except Exception as e:
+        LOG.warning('GpuFilter could not tell whether the claims of %s '
+                    'were lost: %s', getattr(spec_obj, 'instance_uuid',
+                                             None), e)
+        return False
+
+
+def forget_pass(spec_obj):
+    """Drop what this filter kept of ``spec_obj``'s last pass (a new
+    attempt to schedule it starts).
+    """
+    _PASSES.pop(spec_obj, None)
+
+
 def decision_of(host_state, spec_obj):
     """The Ranked GpuFilter chose on ``host_state`` for ``spec_obj``, or
     None (another request's decision, or none).

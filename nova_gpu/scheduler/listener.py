@@ -32,13 +32,33 @@ Nova calls once per instance after it claimed the chosen host's candidate
 0 in Placement: there the GPU choice is final, and
 ``filters.notify_placed`` sends the placement notification (only for a
 request GpuFilter chose GPUs for; never raising).
+
+And ``SchedulerManager.select_destinations`` (the RPC method; checked on
+Nova 34.0.0, whose parameters ``SELECT_DESTINATIONS_PARAMS`` lists and a
+functional test holds against the installed Nova): when Nova answers
+NoValidHost for a GPU request although GpuFilter let a host through that
+Nova could claim on (``filters.claims_lost``), every claim Nova tried was
+refused by Placement, because other schedulers took those devices since
+Placement offered them; Nova tries only candidate 0 of each host, and its
+alternates are the same for every scheduler. The request is then
+scheduled again, with fresh allocation candidates, after a short random
+wait, until it is placed, at most ``[gpu_scheduler] claim_retries`` times
+and not after ``claim_retry_seconds`` (``_retrying``): while it races
+other schedulers, a later attempt's NoValidHost is asked again too (what
+Placement offers is in flux: others' claims come, and go when a
+multi-create of theirs fails). A first attempt that lost no claim (no
+host passed, or Placement offered none) is a refusal, answered at once,
+as before.
 """
 
 import functools
+import inspect
 import itertools
 import os
+import random
 import socket
 import threading
+import time
 
 from oslo_config import cfg
 from oslo_log import log as logging
@@ -274,6 +294,18 @@ def bind_to_scheduler_service():
         cls.set_shutdown_in_progress = shutdown_with_reports
         cls._consume_selected_host = staticmethod(
             _notifying(cls._consume_selected_host))
+        select_destinations = cls.select_destinations
+        if select_destinations_params(select_destinations) == \
+                SELECT_DESTINATIONS_PARAMS:
+            cls.select_destinations = _retrying(select_destinations)
+        else:
+            # Another Nova: its claims are left as they are rather than
+            # retried with arguments read wrong.
+            LOG.warning('SchedulerManager.select_destinations takes %s, '
+                        'not %s: GPU requests whose claims other '
+                        'schedulers took are not scheduled again',
+                        select_destinations_params(select_destinations),
+                        SELECT_DESTINATIONS_PARAMS)
         _BOUND = True
 
 
@@ -295,3 +327,158 @@ def _notifying(consume):
             LOG.exception('GPU placement notification failed')
         return result
     return consume_and_notify
+
+
+# -- scheduling again when every claim was lost ----------------------------
+
+# The parameters of SchedulerManager.select_destinations, as Nova 34.0.0
+# defines them (under oslo.messaging's expected_exceptions decorator).
+SELECT_DESTINATIONS_PARAMS = (
+    'self', 'context', 'request_spec', 'filter_properties', 'spec_obj',
+    'instance_uuids', 'return_objects', 'return_alternates')
+_SPEC_OBJ = SELECT_DESTINATIONS_PARAMS.index('spec_obj') - 2
+# The first wait before scheduling again is at most this many seconds;
+# each later one at most twice the one before (full jitter).
+RETRY_WAIT = 0.1
+# Attribute of a SchedulerManager counting its retries (``retry_counts``).
+_RETRIES_ATTR = '_nova_gpu_claim_retries'
+
+
+def select_destinations_params(method):
+    """The parameter names of ``select_destinations`` under its
+    decorators (oslo.messaging's ``expected_exceptions`` keeps no
+    ``__wrapped__``: the function is found in its closure), or None.
+    """
+    func, seen = method, set()
+    while func is not None and id(func) not in seen:
+        seen.add(id(func))
+        func = inspect.unwrap(func)
+        if func.__name__ == 'select_destinations':
+            try:
+                return tuple(inspect.signature(func).parameters)
+            except (TypeError, ValueError):
+                return None
+        inner = []
+        for cell in func.__closure__ or ():
+            try:
+                content = cell.cell_contents
+            except ValueError:  # an empty cell
+                continue
+            if inspect.isfunction(content):
+                inner.append(content)
+        func = inner[0] if len(inner) == 1 else None
+    return None
+
+
+def retry_counts(manager):
+    """``{'retried': n, 'gave_up': m}``: how often ``manager`` scheduled
+    a request again after its claims were lost, and how often it answered
+    NoValidHost with its claims still lost, its retries spent.
+    """
+    return dict(getattr(manager, _RETRIES_ATTR, None)
+                or {'retried': 0, 'gave_up': 0})
+
+
+def _count(manager, what):
+    counts = getattr(manager, _RETRIES_ATTR, None)
+    if counts is None:
+        counts = {'retried': 0, 'gave_up': 0}
+        setattr(manager, _RETRIES_ATTR, counts)
+    counts[what] += 1
+
+
+def _is_no_valid_host(error):
+    """Whether ``error`` is Nova's NoValidHost, as raised through
+    oslo.messaging's ``expected_exceptions`` (an ExpectedException
+    holding it) or plain.
+    """
+    from nova import exception
+    if isinstance(error, messaging.ExpectedException):
+        error = error.exc_info[1]
+    return isinstance(error, exception.NoValidHost)
+
+
+def _fresh_spec(spec_obj, group_hosts):
+    """A copy of ``spec_obj`` to schedule again: Nova's failed attempt
+    added the hosts it claimed on to the server group's hosts
+    (``_consume_selected_host``), which the copy has as they were; and a
+    new object is a new request to GpuFilter (its decisions left on the
+    hosts by the failed attempt are not this request's).
+    """
+    fresh = spec_obj.obj_clone()
+    if group_hosts is not None:
+        fresh.instance_group.hosts = list(group_hosts)
+        fresh.instance_group.obj_reset_changes(['hosts'])
+    return fresh
+
+
+def _group_hosts(spec_obj):
+    group = (spec_obj.instance_group
+             if spec_obj.obj_attr_is_set('instance_group') else None)
+    if group is None or not group.obj_attr_is_set('hosts'):
+        return None
+    return list(group.hosts or ())
+
+
+def _retrying(select_destinations):
+    """``SchedulerManager.select_destinations``, scheduling a GPU request
+    again once every claim Nova tried was lost to other schedulers, until
+    it is placed or the bounds run out (see the module doc). Checked on
+    Nova 34.0.0.
+    """
+    @functools.wraps(select_destinations)
+    def select_destinations_retrying(self, context, *args, **kwargs):
+        from nova_gpu.scheduler import filters
+        if len(args) > _SPEC_OBJ:
+            spec_obj = args[_SPEC_OBJ]
+        else:
+            spec_obj = kwargs.get('spec_obj')
+        retries = CONF.gpu_scheduler.claim_retries
+        if (not retries or spec_obj is None
+                or not hasattr(spec_obj, 'obj_clone')
+                or not _plugins(self)[1]):
+            # No RequestSpec object (an old conductor's primitives), no
+            # retries, or a scheduler without the plugin: as Nova does.
+            return select_destinations(self, context, *args, **kwargs)
+        window = CONF.gpu_scheduler.claim_retry_seconds
+        group_hosts = _group_hosts(spec_obj)
+        start = time.monotonic()
+        attempt = 0
+        while True:
+            filters.forget_pass(spec_obj)
+            try:
+                return select_destinations(self, context, *args, **kwargs)
+            except Exception as e:
+                if not _is_no_valid_host(e):
+                    raise
+                # A first attempt that lost no claim was a refusal. Once
+                # it lost some, the request races other schedulers and
+                # what Placement offers is in flux (their claims come,
+                # and go when a multi-create of theirs fails): any
+                # NoValidHost is asked again, within the bounds.
+                if not attempt and not filters.claims_lost(spec_obj):
+                    raise
+                wait = random.uniform(0, RETRY_WAIT * 2 ** attempt)
+                spent = time.monotonic() - start
+                uuid = getattr(spec_obj, 'instance_uuid', None)
+                if attempt >= retries or spent + wait > window:
+                    _count(self, 'gave_up')
+                    LOG.info('GPU request of instance %s: not placed in '
+                             '%d attempts racing other schedulers (%.1f '
+                             's): NoValidHost', uuid, attempt + 1, spent)
+                    raise
+            attempt += 1
+            _count(self, 'retried')
+            LOG.info('GPU request of instance %s: %s; scheduling it again '
+                     'with fresh allocation candidates in %.2f s (retry '
+                     '%d of %d)', uuid,
+                     'every claim was lost to other schedulers'
+                     if attempt == 1 else 'NoValidHost while racing other '
+                     'schedulers', wait, attempt, retries)
+            time.sleep(wait)
+            spec_obj = _fresh_spec(spec_obj, group_hosts)
+            if len(args) > _SPEC_OBJ:
+                args = args[:_SPEC_OBJ] + (spec_obj,) + args[_SPEC_OBJ + 1:]
+            else:
+                kwargs['spec_obj'] = spec_obj
+    return select_destinations_retrying

@@ -3,11 +3,13 @@
 For one host and one request, ``rank`` lists every feasible GPU set the
 placement engine (``core.engine``) finds, best first, by ``sort_key``;
 ``evaluate`` scores a set the engine did not list (one Placement offered);
-``order`` sorts a host's allocation candidates by the same key. The
-ranking rules themselves (cost, fragmentation, topology) are the core's;
-this module only puts the request's alternatives side by side and
-memoises, since hosts in the same state and the same request get the same
-ranking.
+``order`` sorts a host's allocation candidates by the same key and says
+which of the first ones are equally good (``tied``), among which each
+request takes one at random (``core.engine.tie_break``, applied per
+request by the view). The ranking rules themselves (cost, fragmentation,
+topology, what is equally good) are the core's; this module only puts the
+request's alternatives side by side and memoises, since hosts in the same
+state and the same request get the same ranking.
 """
 
 import dataclasses
@@ -29,7 +31,7 @@ MAX_NAMES = 100000
 MAX_ORDERS = 64
 
 # Costs are compared to this many decimals (float noise is a tie).
-COST_DIGITS = 9
+COST_DIGITS = engine_mod.COST_DIGITS
 
 # Sorts after every known sort key (candidates whose GPUs are unknown).
 UNKNOWN = (float('inf'),)
@@ -38,7 +40,8 @@ UNKNOWN = (float('inf'),)
 def sort_key(spec, alternative, choice, free_milli, gpus):
     """The one order of GPU sets: device size (when asked by need), cost,
     the request's own alternative order, then best fit and the lowest GPU
-    indices so that ties are stable.
+    indices so that ties are stable (``tied``: keys equal but for the
+    indices are equally good).
     """
     order = spec.alternatives.index(alternative)
     sizes = spec.sizes
@@ -148,14 +151,19 @@ def evaluate(engine, entry, spec, gpus, ranking=None):
 
 
 def order(ranking, gpu_sets, evaluate_set):
-    """Candidates kept, best first, and the Ranked of the first.
+    """Candidates kept, best first, the Ranked of the first, and of the
+    first ones equally good.
 
     ``gpu_sets`` lists each candidate's GPU indices (None: unknown, kept
     after the others; ``hosts.LOST``: on a GPU its host's agent cannot
     read, dropped); ``evaluate_set(gpus)`` gives the Ranked of a set or
-    None (the candidate is dropped). Returns ``(indices, best)``, memoised
-    in ``ranking`` per ``gpu_sets``; ``best`` is None when the first kept
-    candidate's GPUs are unknown.
+    None (the candidate is dropped). Returns ``(indices, best, ties)``,
+    memoised in ``ranking`` per ``gpu_sets``; ``best`` is None when the
+    first kept candidate's GPUs are unknown; ``ties`` holds the Ranked of
+    the first ``len(ties)`` candidates, which are equally good
+    (``leading_ties``): devices of one GPU set (VFs of one GPU), GPU sets
+    in the same state. Among them the order is the stable one; which one
+    a request takes is its own draw (``GpuView``).
     """
     signature = tuple(gpu_sets)
     known = ranking.orders.get(signature)
@@ -172,11 +180,36 @@ def order(ranking, gpu_sets, evaluate_set):
         if ranked is not None:
             keyed.append((ranked.key, i, ranked))
     keyed.sort(key=_first_two)
+    ties = leading_ties(r for _key, _i, r in keyed)
     known = (tuple(i for _key, i, _r in keyed),
-             keyed[0][2] if keyed else None)
+             keyed[0][2] if keyed else None, ties)
     if len(ranking.orders) < MAX_ORDERS:
         ranking.orders[signature] = known
     return known
+
+
+def tied(a, b):
+    """Whether the Ranked ``a`` and ``b`` are equally good: the same sort
+    key but for the GPU indices (the same device size, alternative and
+    free capacity, and costs ``core.engine.equally_good``), so that only
+    the stable order among ties would put one first.
+    """
+    ka, kb = a.key, b.key
+    return (ka[0] == kb[0] and ka[2:4] == kb[2:4]
+            and engine_mod.equally_good(a.choice, b.choice))
+
+
+def leading_ties(rankeds):
+    """The Ranked of the first items of ``rankeds`` (an iterable, best
+    first; None: unknown GPUs) that are equally good as the first, as a
+    tuple: empty when the first is unknown.
+    """
+    found = []
+    for ranked in rankeds:
+        if ranked is None or (found and not tied(found[0], ranked)):
+            break
+        found.append(ranked)
+    return tuple(found)
 
 
 def _by_key(ranked):

@@ -15,16 +15,21 @@ GpuFilter asks one question per host, ``decide``, and gets one
 ``Decision``, which it leaves on Nova's ``HostState`` for the weighers,
 as Nova's own filters leave their per-host results there. A scheduling
 request makes no network call: reports and provider UUIDs are learnt when
-a report arrives.
+a report arrives. Where several candidates are equally good, the one put
+first (the one Nova claims) is the request's own draw (``GpuView._draw``),
+so that several schedulers, and concurrent requests, seldom claim the
+same device.
 """
 
 import contextlib
+import random
 import threading
 import time
 import weakref
 
 from oslo_log import log as logging
 
+from nova_gpu.core import engine as engine_mod
 from nova_gpu.core import host as host_mod
 from nova_gpu.scheduler import demand as demand_mod
 from nova_gpu.scheduler import flavor
@@ -36,6 +41,13 @@ LOG = logging.getLogger(__name__)
 # Attribute of a SchedulerManager holding its GpuView.
 _ATTR = '_nova_gpu_view'
 _SERVICE_LOCK = threading.Lock()
+# Seconds a one-device provider this scheduler put first among equally
+# good ones counts as taken for the next requests' draws (``GpuView.
+# _draw``): about the time from a decision to Nova's claim, after which
+# Placement no longer offers a provider that was claimed.
+PUT_FIRST_TTL = 2.0
+# Providers remembered so at most; all are forgotten when there are more.
+MAX_PUT_FIRST = 4096
 
 
 class Request:
@@ -135,9 +147,16 @@ class GpuView:
     """
 
     def __init__(self, catalog=None, resolver=None, clock=time.monotonic,
-                 engine_weights=None):
+                 engine_weights=None, draw=random.random):
         self.catalog = catalog or flavor.default_catalog()
         self.clock = clock
+        # A random number in [0, 1) per decision among equally good
+        # candidates (``core.engine.tie_break``): per request, host and
+        # scheduler service, not one order that every scheduler shares.
+        self.draw = draw
+        # One-device provider UUID -> until when a request of this
+        # scheduler that may still be claiming put it first (``_draw``).
+        self._put_first = {}
         self._lock = threading.RLock()
         self.hosts = hosts_mod.Hosts(self.catalog, resolver, clock,
                                      self._lock)
@@ -283,14 +302,16 @@ class GpuView:
     def _ordered(self, request, num_instances, entry, ranking, candidates,
                  full):
         """The Decision on ``entry`` given its ``ranking`` and Placement's
-        ``candidates``: those that can serve, best first.
+        ``candidates``: those that can serve, best first, and first among
+        the equally good ones the one this request draws
+        (``core.engine.tie_break``).
         """
         spec = request.spec
         offered = hosts_mod.candidates_key(candidates)
         last = entry.last_order
         if last is not None and last[0] is ranking and last[1] == offered:
             # The candidates this host had last time, on the same ranking.
-            order, best = known = last[2]
+            order, best, ties = known = last[2]
             gpu_sets = None
         else:
             # In GPU indices, so that hosts in the same state share the
@@ -302,7 +323,7 @@ class GpuView:
                 known = ranking_mod.order(
                     ranking, gpu_sets,
                     lambda gpus: self.evaluate(entry, spec, ranking, gpus))
-            order, best = known
+            order, best, ties = known
             entry.last_order = (ranking, offered, known)
         if not order:
             return Decision(
@@ -313,18 +334,71 @@ class GpuView:
             if gpu_sets is None:
                 gpu_sets = entry.gpu_sets(candidates, request.classes,
                                           offered)
-            order, best = self._without_full(entry, spec, ranking,
-                                             candidates, gpu_sets, order,
-                                             best, full)
+            order, best, ties = self._without_full(
+                entry, spec, ranking, candidates, gpu_sets, order, best,
+                ties, full)
             if not order:
                 return Decision(
                     request, num_instances, order=order, entry=entry,
                     full=full, why='every GPU provider Placement offered '
                     'is full with the earlier instances of this request')
+        if len(ties) > 1:
+            # Equally good candidates: this request's own pick among
+            # them, so that concurrent schedulers (and requests) seldom
+            # claim the same device. Nova claims candidate 0 only.
+            pick = self._draw(entry, candidates, order, len(ties))
+            if pick:
+                order = ((order[pick],) + order[:pick]
+                         + order[pick + 1:])
+                best = ties[pick]
         claimed = (entry.claimed(candidates[order[0]]) if request.multi
                    else None)
         return Decision(request, num_instances, best, order=order,
                         entry=entry, claimed=claimed, full=full)
+
+    def _draw(self, entry, candidates, order, count):
+        """Which of the ``count`` equally good candidates first in
+        ``order`` this request takes (an index into ``order``).
+
+        Drawn (``core.engine.tie_break``) among those that no other
+        request of this scheduler put first in the last
+        ``PUT_FIRST_TTL`` seconds, when some are left: concurrent requests
+        of one scheduler then take distinct devices, as long as there are
+        enough. Only one-device providers (a VF, a whole GPU) are
+        remembered: two claims on one of them cannot both hold. Other
+        schedulers' requests are spread by their own draws.
+        """
+        draw = self.draw()
+        pick = engine_mod.tie_break(count, draw)
+        units = entry.unit_uuids
+        if not units:
+            return pick
+        put_first = self._put_first
+        now = self.clock()
+        if put_first and self._taken(units, candidates[order[pick]], now):
+            # Rare (concurrent requests on this host): the ones not taken.
+            free = [k for k in range(count) if not self._taken(
+                units, candidates[order[k]], now)]
+            if free:
+                # The same draw, among those: as uniform.
+                pick = free[engine_mod.tie_break(len(free), draw)]
+        if len(put_first) >= MAX_PUT_FIRST:
+            # A soft preference: forgotten at once rather than pruned one
+            # by one on every request's hosts.
+            put_first.clear()
+        until = now + PUT_FIRST_TTL
+        for uuid in units.intersection(
+                candidates[order[pick]]['allocations']):
+            put_first[uuid] = until
+        return pick
+
+    def _taken(self, units, candidate, now):
+        """Whether a request of this scheduler put one of ``candidate``'s
+        one-device providers first lately.
+        """
+        get = self._put_first.get
+        return any(get(uuid, 0) > now
+                   for uuid in units.intersection(candidate['allocations']))
 
     @staticmethod
     def _none_serves(entry, ranking, candidates, request, offered,
@@ -343,17 +417,19 @@ class GpuView:
                 'request: %s' % (ranking.why or 'profile, model or topology'))
 
     def _without_full(self, entry, spec, ranking, candidates, gpu_sets,
-                      order, best, full):
-        """``(order, best)`` less the candidates that allocate on a
+                      order, best, ties, full):
+        """``(order, best, ties)`` less the candidates that allocate on a
         provider in ``full``: Placement would refuse their claim.
         """
         kept = tuple(i for i in order
                      if full.isdisjoint(candidates[i]['allocations']))
-        if kept and kept[0] != order[0]:
-            gpus = gpu_sets[kept[0]]
-            best = (None if gpus is None
-                    else self.evaluate(entry, spec, ranking, gpus))
-        return kept, best
+        if kept == order:
+            return order, best, ties
+        ties = ranking_mod.leading_ties(
+            None if gpu_sets[i] is None
+            else self.evaluate(entry, spec, ranking, gpu_sets[i])
+            for i in kept)
+        return kept, (ties[0] if ties else None), ties
 
     # -- rankings -------------------------------------------------------------
 

@@ -199,3 +199,41 @@ class EngineScoringTest(base.TestCase):
                 scoring.DEFAULT_WEIGHTS.quantum * expected, choice.cost)
         # The 190 share fills GPU 0's 190-milli sliver exactly.
         self.assertEqual((0,), ranked[0].placement.gpus)
+
+
+class TieBreakTest(base.TestCase):
+    """Equally good choices: which one a decision takes (issue 25)."""
+
+    def test_draws_cover_every_choice_evenly(self):
+        for count in (1, 2, 3, 8):
+            picks = [engine_mod.tie_break(count, (n + 0.5) / (4 * count))
+                     for n in range(4 * count)]
+            self.assertEqual({i: 4 for i in range(count)},
+                             {i: picks.count(i) for i in set(picks)})
+
+    def test_bounds(self):
+        self.assertEqual(0, engine_mod.tie_break(0, 0.7))
+        self.assertEqual(0, engine_mod.tie_break(1, 0.99))
+        self.assertEqual(0, engine_mod.tie_break(5, 0.0))
+        self.assertEqual(4, engine_mod.tie_break(5, 0.9999999999))
+        # A draw of 1.0 (outside [0, 1)) still names a choice.
+        self.assertEqual(4, engine_mod.tie_break(5, 1.0))
+
+    def test_equal_costs_are_equally_good_best_fit_is_not(self):
+        model = self.model('A100-40GB')
+        host = H.Host('t', [H.Gpu(i, model) for i in range(3)], 32000,
+                      128000)
+        host.allocate(H.Assignment('t', (H.Slot(2, H.VGPU, 'A100-10C'),),
+                                   None, 0, 0))
+        engine = engine_mod.PlacementEngine(frag.Demand([
+            frag.DemandItem(req('vgpu', 'A100-10C'), 1)]))
+        by_gpu = {c.placement.gpus: c
+                  for c in engine.rank(host, req('vgpu', 'A100-10C'))}
+        # GPUs 0 and 1 are in the same state: the policy cannot tell them
+        # apart. GPU 2 leaves less free (best fit): better, not equal.
+        self.assertTrue(engine_mod.equally_good(by_gpu[(0,)], by_gpu[(1,)]))
+        self.assertFalse(engine_mod.equally_good(by_gpu[(0,)],
+                                                 by_gpu[(2,)]))
+        self.assertLess(by_gpu[(2,)].cost, by_gpu[(0,)].cost)
+        noisy = by_gpu[(0,)]._replace(cost=by_gpu[(0,)].cost + 1e-15)
+        self.assertTrue(engine_mod.equally_good(by_gpu[(0,)], noisy))
