@@ -40,7 +40,8 @@ timeout and bound (its ``socket_timeout`` and ``max_size``: beyond the
 bound, connections wait in the listen backlog, holding no descriptor of
 the process).
 
-A package-root module: adapters may import it (tests/unit/test_layering.py).
+A package-root module: adapters may import it
+(nova_gpu/tests/unit/test_layering.py).
 """
 
 import collections

@@ -1,7 +1,8 @@
 """Agent benchmark: discovery + reconcile on an 8-GPU host with 32 mdevs.
 
 Runs a real libvirtd (and mdevctl) on a fake sysfs tree, as the functional
-tests do (``tests/functional/agent/fakehost.py``; needs root, libvirtd,
+tests do (``nova_gpu/tests/functional/agent/fakehost.py``; needs root,
+libvirtd,
 mdevctl, gcc). Target: discovery plus reconcile under one second.
 
 Run with ``tox -e bench`` or ``python -m nova_gpu.bench.agent_bench``.
@@ -31,7 +32,7 @@ def _median_time(fn, repeat=REPEAT):
 
 def run():
     try:
-        from tests.functional.agent import fakehost
+        from nova_gpu.tests.functional.agent import fakehost
     except ImportError as e:
         print('SKIPPED: run from the source tree (%s)' % e)
         return None

@@ -1,7 +1,7 @@
 """Reliability of the compute agent: SIGKILLs, broker and libvirtd restarts.
 
 Part ``agent`` of ``nova_gpu.bench.reliability``. Runs on the functional
-tests' fake GPU host (``tests/functional/agent/fakehost.py``: a real
+tests' fake GPU host (``nova_gpu/tests/functional/agent/fakehost.py``: a real
 libvirtd and mdevctl on a fake sysfs tree; NVML faked at the pynvml
 boundary with its MIG state in a file, as the driver keeps it across
 processes). Needs root, libvirtd, mdevctl, gcc and rabbitmq-server.
@@ -22,7 +22,8 @@ a one-hour orphan grace period, so only the journal can clean up. Then:
   a MIG instance with a vGPU on it, compared with their state at start.
 
 *Restarts*: ``nova-gpu-agent`` runs as a service (1 s cycles) publishing to
-a private RabbitMQ node (``tests/functional/agent/rabbit.py``; the shared
+a private RabbitMQ node (``nova_gpu/tests/functional/agent/rabbit.py``; the
+shared
 broker is not disturbed) while a listener counts the reports; the broker
 is stopped for a few seconds, then libvirtd. Every report generation the
 agent logged as published must arrive; the agent must keep cycling
@@ -53,14 +54,14 @@ CAP = {'mdev': 6, 'vf': 3, 'mig': 3}
 
 def build_host(fs):
     """One T4 (mdev parent) and one H100-like PF with four VFs."""
-    from tests.functional.agent import fakehost
+    from nova_gpu.tests.functional.agent import fakehost
     fakehost.t4_host(fs, gpus=1)
     fs.add_pci(PF, '0x2330', numa_node=1)
     fs.add_vfs(PF, 4, {VGPU_TYPE: 'NVIDIA H100XM-10C'})
 
 
 def fake_nvml(state_file):
-    from tests.unit.agent import fakenvml
+    from nova_gpu.tests.unit.agent import fakenvml
     gpu = fakenvml.FakeGpu(NVML_GPU, 'NVIDIA A100-SXM4-40GB', 40960,
                            mig=True)
     return fakenvml.FakePynvml([gpu], state_file=state_file)
@@ -287,7 +288,7 @@ def kills(trials, seed=0, delay=(0.05, 1.2), log=print):
     import libvirt
 
     from nova_gpu.core import catalog
-    from tests.functional.agent import fakehost
+    from nova_gpu.tests.functional.agent import fakehost
     rng = random.Random(seed)
     host = fakehost.FakeHost(build_host)
     host.setUp()
@@ -394,9 +395,9 @@ def restarts(outage=4.0, log=print):
     from oslo_config import cfg
     import oslo_messaging
 
-    from nova_gpu.testing import agent_process
-    from tests.functional.agent import fakehost
-    from tests.functional.agent import rabbit
+    from nova_gpu.tests.functional.agent import fakehost
+    from nova_gpu.tests.functional.agent import rabbit
+    from nova_gpu.tests.harness import agent_process
     host = fakehost.FakeHost(build_host)
     host.setUp()
     broker = rabbit.PrivateRabbit()

@@ -1,6 +1,6 @@
 """Concurrent boots to exhaustion, two nova-scheduler services racing.
 
-A small in-process cloud (``nova_gpu.testing.cloud``: real Nova API,
+A small in-process cloud (``nova_gpu.tests.harness.cloud``: real Nova API,
 conductor, two nova-scheduler services each with its own GPU view,
 Placement and nova-compute with the libvirt driver on fake GPU hosts) is
 filled in waves. Each wave fires rounds of concurrent requests, parallel
@@ -75,7 +75,7 @@ def hosts(small=False):
     """The cloud: 24 vGPUs of four vGPU types on four hosts (16 if
     ``small``: one GPU on each host but h100, which keeps its NVLink pair).
     """
-    from nova_gpu.testing import cloud
+    from nova_gpu.tests.harness import cloud
     one = 1 if small else 2
     return (
         cloud.GpuHost('a100a', 'A100-40GB', 'A100-10C', gpus=one,
@@ -186,7 +186,7 @@ class Booter:
 
     def _post(self, fid, count, multi, out, tally):
         from nova.tests.functional.api import client
-        from nova_gpu.testing import cloud as cloud_mod
+        from nova_gpu.tests.harness import cloud as cloud_mod
         body = self.cloud._build_server(image_uuid=cloud_mod.IMAGE,
                                         flavor_id=fid, networks='none')
         try:
@@ -301,7 +301,7 @@ class Booter:
         A failed DELETE is counted (it must not happen: one did, with
         oslo.db's "Can't upgrade a READER transaction to a WRITER", while
         the harness let green threads share transactions; see
-        ``nova_gpu.testing.green``) and retried, as an operator would;
+        ``nova_gpu.tests.harness.green``) and retried, as an operator would;
         what is still left after the retry is counted too.
         """
         left = self._delete_all(uuids, tally)
@@ -488,7 +488,7 @@ def _domains(cloud):
 def nova_conf(stock=False):
     """nova.conf of the run's cloud (no quota: the cloud must run out)."""
     import copy
-    from nova_gpu.testing import cloud as cloud_mod
+    from nova_gpu.tests.harness import cloud as cloud_mod
     conf = copy.deepcopy(cloud_mod.STOCK_CONF if stock
                          else cloud_mod.HARNESS_CONF)
     conf['quota'] = {'instances': -1, 'cores': -1, 'ram': -1}
@@ -518,7 +518,7 @@ def slow_guest_definition(case, seconds=DEFINE_LATENCY):
 def start(stock=False, schedulers=2):
     """A running cloud of ``hosts()`` with ``schedulers`` schedulers."""
     import fixtures
-    from nova_gpu.testing import cloud as cloud_mod
+    from nova_gpu.tests.harness import cloud as cloud_mod
     attrs = {'HOSTS': hosts(), 'NOVA_CONF': nova_conf(stock),
              'SCHEDULER_FILES': () if stock else cloud_mod.service_conf.
              SERVICE_FILES['scheduler'],

@@ -176,7 +176,7 @@ class _Passes:
         from nova.scheduler import host_manager
         from nova_gpu.scheduler import filters
         from nova_gpu.scheduler import view as view_mod
-        from tests.unit.scheduler import base
+        from nova_gpu.tests.unit.scheduler import base
         objects.register_all()
         self.objects, self.host_manager = objects, host_manager
         self.filters = filters

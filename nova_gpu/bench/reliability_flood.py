@@ -67,8 +67,8 @@ def _agent(work):
     import nova_gpu.conf  # noqa: F401 (registers the options)
     # The agent's unit-test fakes (run from the source tree, as the other
     # parts that fake hardware).
-    from tests.unit.agent import fakenvml
-    from tests.unit.agent import fakesys
+    from nova_gpu.tests.unit.agent import fakenvml
+    from nova_gpu.tests.unit.agent import fakesys
     privsep.use_in_process()
     root = os.path.join(work, 'sys')
     fakenvml.hgx_h100_sysfs(fakesys.FakeSysfs(root))

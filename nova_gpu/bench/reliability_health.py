@@ -1,7 +1,7 @@
 """Reliability: GPU faults, resets, reboots and agent restarts.
 
 Part ``health`` of ``nova_gpu.bench.reliability``. Each round runs an HGX
-H100 board of 8 GPUs faked at NVML's boundary (``tests/unit/agent/
+H100 board of 8 GPUs faked at NVML's boundary (``nova_gpu/tests/unit/agent/
 fakenvml.py``: events through an event set, ``NVML_ERROR_TIMEOUT`` when
 it is empty, counters, ``NVML_ERROR_NOT_SUPPORTED`` on GPUs without them)
 through the agent's health pass (``agent.health.HealthWatch``) for
@@ -60,7 +60,7 @@ COUNTERS = ('nvmlDeviceGetTotalEccErrors',
 
 class Round:
     def __init__(self, rng, state_dir):
-        from tests.unit.agent import fakenvml
+        from nova_gpu.tests.unit.agent import fakenvml
         self.rng = rng
         self.lib = fakenvml.hgx_h100()
         self.nvml = nvml_mod.Nvml(lib=self.lib)

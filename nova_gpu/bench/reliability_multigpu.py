@@ -1,7 +1,7 @@
 """Reliability: 1, 2, 4 and 8 devices per server on 8-GPU hosts, every path.
 
 Part ``multigpu`` of ``nova_gpu.bench.reliability``. One cloud per path
-(Nova + Placement in process, ``nova_gpu.testing.cloud``), each with one
+(Nova + Placement in process, ``nova_gpu.tests.harness.cloud``), each with one
 8-GPU host as Nova 34 shows it:
 
 =============  ==============================================  ==========
@@ -54,7 +54,7 @@ PLAIN_RUN = {'pf_mdev': (1, 2, 4), 'vf_mdev': (1, 2), 'mig': (1, 2),
 
 def hosts():
     """{path label: (GpuHost, flavor gpu: keys, vGPUs per GPU)}."""
-    from nova_gpu.testing import cloud
+    from nova_gpu.tests.harness import cloud
     return collections.OrderedDict([
         ('pf_mdev', (cloud.GpuHost('t4x8', 'T4', 'T4-8C', gpus=8),
                      {'gpu:profile': 'T4-8C'}, 2)),
@@ -102,7 +102,7 @@ class QueryTimer:
 
 def start(spec):
     import fixtures
-    from nova_gpu.testing import cloud as cloud_mod
+    from nova_gpu.tests.harness import cloud as cloud_mod
     attrs = {'HOSTS': (spec,), 'MAX_CONCURRENT_BUILDS': 1,
              'runTest': lambda self: None}
     case = type('MultiGpuCloud', (cloud_mod.GpuCloudTestCase,), attrs)()
@@ -127,7 +127,7 @@ def _boot(case, timer, flavor_id, expect='ACTIVE'):
 
 def _settled(case, flavor_id, timeout=BOOT_BOUND * 2):
     """Boot; return the server once ACTIVE or ERROR."""
-    from nova_gpu.testing import cloud
+    from nova_gpu.tests.harness import cloud
     server = case.api.post_server({'server': {
         'name': 'fill', 'imageRef': cloud.IMAGE, 'flavorRef': flavor_id,
         'networks': 'none'}})

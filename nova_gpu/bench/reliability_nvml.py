@@ -1,7 +1,8 @@
 """Reliability: NVML faults during the agent's discovery.
 
 Each round builds a host as the agent's unit tests fake it (NVML at the
-``pynvml`` boundary, ``tests/unit/agent/fakenvml.py``; the kernel's sysfs
+``pynvml`` boundary, ``nova_gpu/tests/unit/agent/fakenvml.py``; the kernel's
+sysfs
 as a directory tree, ``fakesys.py``): an HGX H100 board of 8 GPUs, or an
 A100 in MIG mode with two GPU instances. Then NVML fails, per GPU, in one
 of three ways, drawn at random:
@@ -67,8 +68,8 @@ def _host(rng, root):
     """``(fake pynvml, [GPU addresses], MIG host?)`` of one round."""
     # The fakes of the agent's unit tests (run from the source tree, as
     # the other parts that fake hardware).
-    from tests.unit.agent import fakenvml
-    from tests.unit.agent import fakesys
+    from nova_gpu.tests.unit.agent import fakenvml
+    from nova_gpu.tests.unit.agent import fakesys
     fs = fakesys.FakeSysfs(root)
     if rng.random() < 0.75:
         fakenvml.hgx_h100_sysfs(fs)

@@ -2,7 +2,8 @@
 
 Sends random extra specs, one per request, to ``POST
 /flavors/{id}/os-extra_specs`` at microversion 2.86 (where Nova validates
-extra specs) of the in-process cloud (``nova_gpu.testing.cloud``: the real
+extra specs) of the in-process cloud (``nova_gpu.tests.harness.cloud``: the
+real
 Nova API with nova-gpu's validators loaded through their entry point),
 and checks each answer:
 
@@ -392,7 +393,7 @@ def figures(tally, wanted):
 
 def run(quick=False, seed=20261201):
     """Reliability rows for ``quick`` (~1,000 specs) or full (10,000)."""
-    from nova_gpu.testing import cloud
+    from nova_gpu.tests.harness import cloud
     wanted = QUICK if quick else FULL
     case = cloud.start_cloud([])
     try:

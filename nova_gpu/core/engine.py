@@ -362,7 +362,7 @@ class _FragState:
     (the rule): the same measure, from the same fit rule
     (``fragmentation.fit_checker``), kept per GPU so that a choice only
     recomputes the GPUs it touches. A property test
-    (``tests/unit/core/test_fragmentation.py``) holds the two equal on
+    (``nova_gpu/tests/unit/core/test_fragmentation.py``) holds the two equal on
     random hosts, demands and choices.
 
     Per GPU, what matters is its free capacity and which typical requests

@@ -2,7 +2,8 @@
 
 Starts real Nova (API, conductor, scheduler, nova-compute with the libvirt
 driver) and real Placement in this process, on simulated GPU hypervisors
-(``nova_gpu.testing.cloud``: only libvirt is fake), creates GPU flavors and
+(``nova_gpu.tests.harness.cloud``: only libvirt is fake), creates GPU flavors
+and
 boots the scenario's servers through the Nova API with openstacksdk, one at
 a time. It then prints where each server landed (the GPU path, GPU, VF and
 MIG slice, read from the domain XML Nova wrote and the host's devices),
@@ -120,7 +121,7 @@ class Outcome:
 
 def nova_conf(stock):
     """nova.conf of either cloud: the harness's, plus the aggregate filter."""
-    from nova_gpu.testing import cloud as cloud_mod
+    from nova_gpu.tests.harness import cloud as cloud_mod
     conf = copy.deepcopy(cloud_mod.STOCK_CONF if stock
                          else cloud_mod.HARNESS_CONF)
     enabled = conf.setdefault('filter_scheduler', {}).setdefault(
@@ -178,7 +179,7 @@ def run(stock=False, progress=None, agents=False):
     host over RabbitMQ (the scheduler's report listener on), not from the
     harness; stock Nova reads no reports either way.
     """
-    from nova_gpu.testing import cloud as cloud_mod
+    from nova_gpu.tests.harness import cloud as cloud_mod
     start = time.monotonic()
     cloud = cloud_mod.start_cloud(
         scenario.HOSTS, nova_conf=nova_conf(stock),
@@ -239,7 +240,7 @@ def _create_flavors(conn, sets=True):
 
 
 def _boot(cloud, conn, name, flavor_name, flavor_id):
-    from nova_gpu.testing import cloud as cloud_mod
+    from nova_gpu.tests.harness import cloud as cloud_mod
     flavor = scenario.flavors_by_name()[flavor_name]
     server = conn.compute.create_server(
         name=name, flavor_id=flavor_id, image_id=cloud_mod.IMAGE,

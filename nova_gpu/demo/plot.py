@@ -19,7 +19,7 @@ import re
 
 from nova_gpu.core import catalog as catalog_mod
 
-# How a host shows its GPUs to Nova (nova_gpu.testing.cloud.HOST_PATHS).
+# How a host shows its GPUs to Nova (nova_gpu.tests.harness.cloud.HOST_PATHS).
 PF_MDEV = 'pf_mdev'
 VF_MDEV = 'vf_mdev'
 VFIO = 'vfio'
@@ -80,7 +80,7 @@ class HostLayout:
 
 
 def layout_of(spec, catalog=None):
-    """HostLayout of a demo host (``nova_gpu.testing.cloud.GpuHost``).
+    """HostLayout of a demo host (``nova_gpu.tests.harness.cloud.GpuHost``).
 
     Read by attribute, so that this module needs no Nova test harness.
     """

@@ -20,7 +20,7 @@ import collections
 import dataclasses
 import itertools
 
-from nova_gpu.testing import cloud as cloud_mod
+from nova_gpu.tests.harness import cloud as cloud_mod
 
 
 def _all_pairs(gpus):

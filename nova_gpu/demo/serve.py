@@ -1,6 +1,6 @@
 """nova-gpu-demo --serve: the all-in-one GPU cloud, for any OpenStack client.
 
-Starts the demo's cloud (``nova_gpu.testing.cloud``: real Nova API,
+Starts the demo's cloud (``nova_gpu.tests.harness.cloud``: real Nova API,
 conductor, scheduler and nova-compute with the libvirt driver on simulated
 GPU hypervisors, real Placement, the nova-gpu filter and weighers), then
 serves on real 127.0.0.1 ports what the harness otherwise reaches through
@@ -83,7 +83,7 @@ def _flavors():
 
 def nova_conf(flavors):
     """nova.conf of the served cloud: the plugin's, quotas off."""
-    from nova_gpu.testing import cloud as cloud_mod
+    from nova_gpu.tests.harness import cloud as cloud_mod
     conf = copy.deepcopy(cloud_mod.HARNESS_CONF)
     conf['quota'] = {'instances': -1, 'cores': -1, 'ram': -1}
     conf.setdefault('gpu_scheduler', {})['typical_requests'] = [
@@ -505,7 +505,7 @@ def start(hosts, report_interval=REPORT_INTERVAL, log=print):
     Returns the ServedCloud; ``stop()`` it, then ``.case.doCleanups()``.
     """
     from nova_gpu.demo import aio
-    from nova_gpu.testing import cloud as cloud_mod
+    from nova_gpu.tests.harness import cloud as cloud_mod
     flavors = _flavors()
     case = cloud_mod.start_cloud(hosts, nova_conf=nova_conf(flavors))
     try:
