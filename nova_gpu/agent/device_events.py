@@ -8,7 +8,10 @@ short by a crash) is a rollback. Each goes out as a
 the report topic and exchange, labelled with the Nova instance whose
 libvirt domain references the device when one does. The first cycle of
 an agent run sets the baseline and sends nothing. Sending never breaks
-the agent: a failed send is logged and forgotten.
+or holds the agent: the payloads go to a bounded queue
+(``nova_gpu.send_queue``, ``QUEUE_SIZE`` messages, the oldest dropped)
+that one background thread sends, so a hung broker holds that thread,
+not the cycle; a failed send is counted, logged and forgotten.
 """
 
 import datetime
@@ -20,8 +23,25 @@ import oslo_messaging as messaging
 from nova_gpu.agent import exporter
 from nova_gpu.core import notification
 from nova_gpu.core import report as report_mod
+from nova_gpu import send_queue
 
 LOG = logging.getLogger(__name__)
+# Device notifications queued at most: a cycle changes a few devices; a
+# broker down for many cycles loses the oldest changes (the exporter's
+# counters), never the agent's time.
+QUEUE_SIZE = 1024
+# Seconds ``close`` waits for what is queued to be sent.
+CLOSE_TIMEOUT = 2
+
+
+class _Call:
+    """What the queue calls (``info``) for one ``send`` function."""
+
+    def __init__(self, send):
+        self.send = send
+
+    def info(self, ctxt, event_type, payload):
+        self.send(event_type, payload)
 
 
 def report_devices(report):
@@ -58,7 +78,7 @@ class DeviceEvents:
     ``send(event_type, payload)`` defaults to a notification on ``[gpu_agent]
     report_topic`` in ``report_exchange``, sent as the report publisher
     sends reports (explicit exchange: the agent is not Nova, its control
-    exchange is not "nova").
+    exchange is not "nova"). It is called from the queue's thread.
     """
 
     def __init__(self, conf, host, libvirt=None, send=None):
@@ -74,6 +94,9 @@ class DeviceEvents:
                 exchange=opts.report_exchange)
             send = self._send
         self.send = send
+        self.queue = send_queue.SendQueue(QUEUE_SIZE,
+                                          label='GPU device notifications')
+        self._call = _Call(send)
 
     def _send(self, event_type, payload):
         message = {'message_id': str(uuid.uuid4()),
@@ -85,7 +108,20 @@ class DeviceEvents:
         self._transport._send_notification(self._target, {}, message,
                                            version=2.0, retry=1)
 
+    def flush(self, timeout):
+        """Wait up to ``timeout`` s for what is queued to be sent; whether
+        it was.
+        """
+        return self.queue.flush(timeout)
+
     def close(self):
+        """Send what is queued (``CLOSE_TIMEOUT`` s at most), then close
+        the transport.
+        """
+        if not self.queue.stop(CLOSE_TIMEOUT):
+            LOG.warning('%d GPU device notifications not sent at stop: '
+                        'the broker did not take them within %d s',
+                        self.queue.stats()['pending'], CLOSE_TIMEOUT)
         if self._transport is not None:
             self._transport.cleanup()
 
@@ -115,9 +151,10 @@ class DeviceEvents:
                     for action, key, (kind, address, profile) in found]
         for p in payloads:
             try:
-                self.send(notification.DEVICE_EVENT, p.to_primitive())
+                self.queue.submit(self._call, notification.DEVICE_EVENT,
+                                  p.to_primitive())
             except Exception as e:  # never break the agent's cycle
-                LOG.warning('device notification not sent: %s', e)
+                LOG.warning('device notification not queued: %s', e)
         return payloads
 
     def _payload(self, action, kind, key, address, profile, instances):

@@ -70,4 +70,5 @@ class HostMetricsTest(test_mdev.MdevTestCase):
         self.assertEqual([('create', uuid, 'T4-1Q', dom.UUIDString())],
                          [(p.action, p.device, p.profile, p.instance_uuid)
                           for p in payloads])
+        self.assertTrue(events.flush(5))
         self.assertEqual(1, len(sent))

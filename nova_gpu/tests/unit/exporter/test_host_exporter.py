@@ -1,5 +1,7 @@
 """The agent's host exporter: series from a cycle's report plus NVML."""
 
+import threading
+import time
 import types
 import urllib.request
 
@@ -332,6 +334,7 @@ class DeviceEventsTest(testtools.TestCase):
              ('rollback', MDEV, None, None)],
             [(p.action, p.device, p.profile, p.instance_uuid)
              for p in payloads])
+        self.assertTrue(events.flush(5))
         self.assertEqual(3, len(sent))
         event_type, primitive = sent[1]
         self.assertEqual('gpu.device.change', event_type)
@@ -385,3 +388,30 @@ class DeviceEventsTest(testtools.TestCase):
         report = _report()
         report['gpus'][0]['devices'] = []
         self.assertEqual(2, len(events.observe({'report': report})))
+        self.assertTrue(events.flush(5))
+        self.assertEqual(2, events.queue.stats()['failed'])
+
+    def test_a_hung_broker_does_not_hold_the_cycle(self):
+        # A send that waits on a broker stopped with its connections open
+        # (no answer) holds the queue's thread, never observe().
+        release = threading.Event()
+        sent = []
+
+        def hung(event_type, payload):
+            release.wait(30)
+            sent.append(event_type)
+        events = device_events.DeviceEvents(None, 'gpu-1', send=hung)
+        self.addCleanup(release.set)
+        events.observe(_cycle())
+        empty = _report()
+        empty['gpus'][0]['devices'] = []
+        start = time.monotonic()
+        # Removed, created again, removed: two devices each time.
+        for cycle in ({'report': empty}, _cycle(), {'report': empty}):
+            self.assertEqual(2, len(events.observe(cycle)))
+        self.assertLess(time.monotonic() - start, 1.0)
+        self.assertEqual([], sent)
+        release.set()
+        self.assertTrue(events.flush(5))
+        self.assertEqual(6, len(sent))
+        events.close()

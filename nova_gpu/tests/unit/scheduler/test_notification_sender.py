@@ -81,7 +81,7 @@ class SenderCase(testtools.TestCase):
         # Runs first: nothing stays blocked after the test.
         self.addCleanup(self.broker.release.set)
         self.log = self.useFixture(fixtures.FakeLogger(
-            name=notifications.__name__, level=logging.INFO))
+            name='nova_gpu', level=logging.INFO))
 
     def timed(self, call, *args, **kwargs):
         start = time.perf_counter()
