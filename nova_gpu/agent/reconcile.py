@@ -35,7 +35,7 @@ LOG = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass
-class Result:
+class ReconcileResult:
     adopted: list = dataclasses.field(default_factory=list)
     started: list = dataclasses.field(default_factory=list)
     removed: list = dataclasses.field(default_factory=list)
@@ -103,7 +103,7 @@ class Reconciler:
 
     def run(self):
         lv = self.manager.libvirt
-        result = Result()
+        result = ReconcileResult()
         refs = lv.domain_refs() if lv is not None else None
         if refs is not None:
             self._rollback(refs, result)
@@ -125,7 +125,7 @@ class Reconciler:
         restore makes the device again, not after (that would undo the
         restore's own work).
         """
-        result = Result()
+        result = ReconcileResult()
         lv = self.manager.libvirt
         if lv is not None:
             self._rollback(lv.domain_refs(), result)

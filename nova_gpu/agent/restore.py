@@ -19,7 +19,7 @@ devices only when it starts (Nova 34's
 the driver's ``pci_passthrough_devices`` reach the PCI tracker only when
 the tracker is created). VFs it enabled then would be on the host but not
 in Nova until a restart; it names the PFs short of their VFs instead
-(``Result.vfs_not_enabled``, a WARNING), and ``nova-gpu-restore`` then a
+(``RestoreResult.vfs_not_enabled``, a WARNING), and ``nova-gpu-restore`` then a
 nova-compute restart bring them back.
 """
 
@@ -36,7 +36,7 @@ LOG = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass
-class Result:
+class RestoreResult:
     # GPU layouts (by GPU address)
     restored: list = dataclasses.field(default_factory=list)
     dropped: list = dataclasses.field(default_factory=list)
@@ -54,7 +54,7 @@ class Result:
 
 def restore(carver, catalog, sriov=None, vf_types=None, enable_vfs=False):
     """Restore MIG modes, VFs, layouts and VF types (see the module);
-    a ``Result`` naming each device.
+    a ``RestoreResult`` naming each device.
 
     ``sriov``: a ``sriov.SriovStore``; ``vf_types``: a
     ``vf_types.VfTypes`` (None: that step is skipped). ``enable_vfs``:
@@ -63,7 +63,7 @@ def restore(carver, catalog, sriov=None, vf_types=None, enable_vfs=False):
     PFs short of their VFs are named in ``vfs_not_enabled`` and
     ``failed``, and nothing changes the host's set of PCI devices.
     """
-    result = Result()
+    result = RestoreResult()
     manager = carver.manager
     nvml = manager.nvml
     has_nvml = nvml is not None and nvml.available

@@ -101,9 +101,9 @@ def _nova_run(args):
         nodes, work, mode, policy, tasks, stride=NOVA_STRIDE)
     seconds = time.perf_counter() - start
     return mode, policy, (
-        replay_mod.Result(policy, cap, arrived, placed, [], work, nodes,
+        replay_mod.ReplayResult(policy, cap, arrived, placed, [], work, nodes,
                           seconds),
-        replay_mod.Result(policy, cap, arrived, allocated, [], work, nodes,
+        replay_mod.ReplayResult(policy, cap, arrived, allocated, [], work, nodes,
                           seconds))
 
 

@@ -316,7 +316,7 @@ def class_units(classes, model, units):
 
 
 @dataclasses.dataclass(frozen=True)
-class Decision:
+class LayoutDecision:
     """The planner's choice for one GPU, and why (one line)."""
 
     gpu: int
@@ -350,7 +350,7 @@ class Planner:
 
     def plan(self, host, layouts, classes, now, elsewhere=None,
              kinds=None):
-        """One ``Decision`` per GPU of ``host``.
+        """One ``LayoutDecision`` per GPU of ``host``.
 
         ``layouts`` maps a GPU index to its current ``Layout`` (absent or
         None: not set up). ``elsewhere`` optionally gives, per class
@@ -374,7 +374,7 @@ class Planner:
                 _add(supply, class_units(classes, gpu.model,
                                          free_units(gpu, layout)))
             if not gpu.is_free:
-                decisions[gpu.index] = Decision(
+                decisions[gpu.index] = LayoutDecision(
                     gpu.index, layout, layout,
                     'in use: kept %s' % _describe(layout))
             else:
@@ -382,7 +382,7 @@ class Planner:
         if not classes:
             for gpu in idle:
                 layout = layouts.get(gpu.index)
-                decisions[gpu.index] = Decision(
+                decisions[gpu.index] = LayoutDecision(
                     gpu.index, layout, layout,
                     'no demand to carve for: kept %s' % _describe(layout))
             return [decisions[g.index] for g in host.gpus]
@@ -393,14 +393,14 @@ class Planner:
             layout, after = self._best(gpu.model, classes, supply,
                                        kinds.get(gpu.index))
             if layout is None:
-                decisions[gpu.index] = Decision(
+                decisions[gpu.index] = LayoutDecision(
                     gpu.index, None, None,
                     'idle: no demand class can use a %s' % gpu.model.name)
                 continue
             starved = _starved(classes, supply)
             supply = after
             self.held_since[(host.name, gpu.index)] = now
-            decisions[gpu.index] = Decision(
+            decisions[gpu.index] = LayoutDecision(
                 gpu.index, layout, None,
                 'idle, not set up: carved %s (scarcest: %s)'
                 % (layout.describe(), starved))
@@ -423,7 +423,7 @@ class Planner:
         counts). The GPU chosen is an unconfigured one if any, else the
         idle one whose layout the demand misses least; its new layout is
         the best one (leximin) among those that serve ``wanted``. Returns
-        a ``Decision`` or None when no idle GPU can serve it.
+        a ``LayoutDecision`` or None when no idle GPU can serve it.
         """
         classes = [c for c in classes if c.weight > 0]
         if wanted.name not in {c.name for c in classes}:
@@ -461,10 +461,10 @@ class Planner:
             return None
         gpu, layout, current = best
         self.held_since[(host.name, gpu.index)] = now
-        return Decision(gpu.index, layout, current,
-                        'a %s request found no device: carved %s (was %s)'
-                        % (wanted.name, layout.describe(),
-                           _describe(current)))
+        return LayoutDecision(
+            gpu.index, layout, current,
+            'a %s request found no device: carved %s (was %s)'
+            % (wanted.name, layout.describe(), _describe(current)))
 
     def _recarve(self, host, gpu, current, classes, supply, now, allowed,
                  kinds=None):
@@ -474,31 +474,32 @@ class Planner:
         without = [s - m for s, m in zip(supply, mine)]
         layout, after = self._best(gpu.model, classes, without, kinds)
         if layout is None or layout == current:
-            return (Decision(gpu.index, current, current,
-                             'idle: %s is still the best fit'
-                             % current.describe()), supply, False)
+            return (LayoutDecision(gpu.index, current, current,
+                                   'idle: %s is still the best fit'
+                                   % current.describe()), supply, False)
         held = now - self.held_since.setdefault(key, now)
         better, why = self._better(after, supply, classes)
         if not better:
-            return (Decision(gpu.index, current, current,
-                             'idle: kept %s (%s)' % (current.describe(),
-                                                     why)), supply, False)
+            return (LayoutDecision(
+                gpu.index, current, current,
+                'idle: kept %s (%s)' % (current.describe(), why)),
+                supply, False)
         if held < self.min_hold:
-            return (Decision(gpu.index, current, current,
-                             'idle: kept %s, held %.0f s of the %.0f s '
-                             'minimum (would carve %s)'
-                             % (current.describe(), held, self.min_hold,
-                                layout.describe())), supply, False)
+            return (LayoutDecision(gpu.index, current, current,
+                                   'idle: kept %s, held %.0f s of the %.0f s '
+                                   'minimum (would carve %s)'
+                                   % (current.describe(), held, self.min_hold,
+                                      layout.describe())), supply, False)
         if not allowed:
-            return (Decision(gpu.index, current, current,
-                             'idle: kept %s, %d re-carves per plan already '
-                             'made (would carve %s)'
-                             % (current.describe(), self.max_changes,
-                                layout.describe())), supply, False)
+            return (LayoutDecision(
+                gpu.index, current, current,
+                'idle: kept %s, %d re-carves per plan already made (would '
+                'carve %s)' % (current.describe(), self.max_changes,
+                               layout.describe())), supply, False)
         self.held_since[key] = now
-        return (Decision(gpu.index, layout, current,
-                         're-carved %s -> %s (%s)'
-                         % (current.describe(), layout.describe(), why)),
+        return (LayoutDecision(gpu.index, layout, current,
+                               're-carved %s -> %s (%s)'
+                               % (current.describe(), layout.describe(), why)),
                 after, True)
 
     def _better(self, new, old, classes):

@@ -41,7 +41,7 @@ class Step(typing.NamedTuple):
 
 
 @dataclasses.dataclass(frozen=True)
-class Decision:
+class ReclaimDecision:
     trigger: str  # 'request' or 'headroom'
     plans: tuple  # moves.Plan, in the order they were made
     steps: tuple  # Step, in the order to carry them out
@@ -81,7 +81,7 @@ class Reclaimer:
         plan = self.planner.plan(hosts, _candidates(servers), req)
         if plan is None:
             return None
-        return Decision('request', (plan,), tuple(self.steps(plan)))
+        return ReclaimDecision('request', (plan,), tuple(self.steps(plan)))
 
     def headroom(self, hosts):
         """How many ``reference`` requests fit now (up to ``floor``)."""
@@ -126,7 +126,7 @@ class Reclaimer:
         if not plans:
             return None
         steps = [s for p in plans for s in self.steps(p)]
-        return Decision('headroom', tuple(plans), tuple(steps))
+        return ReclaimDecision('headroom', tuple(plans), tuple(steps))
 
     def steps(self, plan):
         """Migrations now, owners told now, evictions after the grace."""

@@ -282,7 +282,7 @@ class OrderedOnRead(list):
             why = 'GPU view of this host is unusable: %s: %s' % (
                 type(e).__name__, e)
             contained(decision.entry, nodename, 'GpuFilter', why)
-            decision.settle(view_mod.Decision(
+            decision.settle(view_mod.HostDecision(
                 decision.request, decision.num_instances, why=why))
             kept = []
         if decision.why is not None:

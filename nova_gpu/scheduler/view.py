@@ -12,7 +12,7 @@ It puts three small parts together:
 - ``rankings``: memoised rankings of hosts' GPU sets (``scheduler.ranking``).
 
 GpuFilter asks one question per host, ``decide``, and gets one
-``Decision``, which it leaves on Nova's ``HostState`` for the weighers,
+``HostDecision``, which it leaves on Nova's ``HostState`` for the weighers,
 as Nova's own filters leave their per-host results there. A scheduling
 request makes no network call: reports and provider UUIDs are learnt when
 a report arrives. Where several candidates are equally good, the one put
@@ -64,7 +64,7 @@ class Request:
         self.instance_uuid = getattr(spec_obj, 'instance_uuid', None)
         self.token = token
         # A multi-create: Nova claims candidate 0 of the chosen host for
-        # each instance from one list of candidates (``Decision.claimed``).
+        # each instance from one list of candidates (``HostDecision.claimed``).
         self.multi = _num_instances(spec_obj) > 1
         # Rankings found during this pass, by memo key: most hosts share
         # their state with others (``GpuView.ranking``).
@@ -87,7 +87,7 @@ def _num_instances(spec_obj):
     return num if isinstance(num, int) else 1
 
 
-class Decision:
+class HostDecision:
     """What the view decided on one host for one request.
 
     ``why`` is None when the host passes, else the reason it does not;
@@ -97,7 +97,7 @@ class Decision:
 
     With ``[gpu_scheduler] candidate_order = selected_host``, ``ranked``
     is the host's best GPU set until Nova reads its candidates, which
-    settles the Decision (``GpuView.order_candidates``).
+    settles the HostDecision (``GpuView.order_candidates``).
 
     In a multi-create, ``claimed`` names the one-device providers
     (``HostEntry.claimed``) of candidate 0, which Nova claims if it picks
@@ -220,12 +220,12 @@ class GpuView:
 
     def decide(self, request, nodename, num_instances, cells=None,
                candidates=None, previous=None, later=False):
-        """The Decision on host ``nodename`` for ``request``.
+        """The HostDecision on host ``nodename`` for ``request``.
 
         ``cells`` is the NUMA cell usage from Nova's HostState (``((id,
         cpu_milli, cpu_used, memory_mib, memory_used), ...)``, for NUMA
         affinity), ``candidates`` its allocation candidates, ``previous``
-        the Decision left on it by the last pass: when that pass was the
+        the HostDecision left on it by the last pass: when that pass was the
         previous instance of the same multi-create and Nova claimed on
         this host since (its ``num_instances`` grew), the claim is counted
         first, and candidates using a provider it filled are dropped.
@@ -235,10 +235,10 @@ class GpuView:
         """
         spec = request.spec
         if spec.problem:
-            return Decision(request, num_instances, why=spec.problem)
+            return HostDecision(request, num_instances, why=spec.problem)
         entry = self._entries.get(nodename)
         if entry is None:
-            return Decision(request, num_instances, why=(
+            return HostDecision(request, num_instances, why=(
                 'no GPU report from this host yet' if spec.explicit
                 else None))  # stock vGPU flavor on an unknown host: as Nova
         if not entry.matched:
@@ -270,22 +270,22 @@ class GpuView:
                                        request.rankings, key)
             entry.last_ranking = (key, ranking)
         if not ranking.items:
-            return Decision(request, num_instances,
-                            why=_with_left_out(entry, ranking.why),
-                            entry=entry, full=full)
+            return HostDecision(request, num_instances,
+                                why=_with_left_out(entry, ranking.why),
+                                entry=entry, full=full)
         if not candidates:
-            return Decision(request, num_instances, ranking.items[0],
-                            entry=entry, full=full)
+            return HostDecision(request, num_instances, ranking.items[0],
+                                entry=entry, full=full)
         if later:
             # Weighed by the host's best GPU set; its candidates are put
             # in order if Nova reads them (``order_candidates``).
-            return Decision(request, num_instances, ranking.items[0],
-                            entry=entry, full=full, ranking=ranking)
+            return HostDecision(request, num_instances, ranking.items[0],
+                                entry=entry, full=full, ranking=ranking)
         return self._ordered(request, num_instances, entry, ranking,
                              candidates, full)
 
     def order_candidates(self, decision, candidates):
-        """The candidates a Decision left for later keeps, best first.
+        """The candidates a HostDecision left for later keeps, best first.
 
         ``decide(..., later=True)`` weighs a host by its best GPU set
         without reading its candidates; this orders them as ``decide``
@@ -301,7 +301,7 @@ class GpuView:
 
     def _ordered(self, request, num_instances, entry, ranking, candidates,
                  full):
-        """The Decision on ``entry`` given its ``ranking`` and Placement's
+        """The HostDecision on ``entry`` given its ``ranking`` and Placement's
         ``candidates``: those that can serve, best first, and first among
         the equally good ones the one this request draws
         (``core.engine.tie_break``).
@@ -326,7 +326,7 @@ class GpuView:
             order, best, ties = known
             entry.last_order = (ranking, offered, known)
         if not order:
-            return Decision(
+            return HostDecision(
                 request, num_instances, order=order, entry=entry, full=full,
                 why=self._none_serves(entry, ranking, candidates, request,
                                       offered, gpu_sets))
@@ -338,7 +338,7 @@ class GpuView:
                 entry, spec, ranking, candidates, gpu_sets, order, best,
                 ties, full)
             if not order:
-                return Decision(
+                return HostDecision(
                     request, num_instances, order=order, entry=entry,
                     full=full, why='every GPU provider Placement offered '
                     'is full with the earlier instances of this request')
@@ -353,8 +353,8 @@ class GpuView:
                 best = ties[pick]
         claimed = (entry.claimed(candidates[order[0]]) if request.multi
                    else None)
-        return Decision(request, num_instances, best, order=order,
-                        entry=entry, claimed=claimed, full=full)
+        return HostDecision(request, num_instances, best, order=order,
+                            entry=entry, claimed=claimed, full=full)
 
     def _draw(self, entry, candidates, order, count):
         """Which of the ``count`` equally good candidates first in

@@ -137,7 +137,7 @@ class Cluster:
 
 
 @dataclasses.dataclass
-class Outcome:
+class CarvingOutcome:
     mode: str
     gpus: int
     arrived: int = 0
@@ -258,7 +258,7 @@ def _slot(gpu, layout, option):
 
 def replay(requests, hosts, mode, static_layouts=None, planner=None,
            window=200, interval=300.0, prior=0.02, on_miss=True):
-    """Replay ``requests`` on ``hosts`` hosts in ``mode``; an Outcome.
+    """Replay ``requests`` on ``hosts`` hosts in ``mode``; an CarvingOutcome.
 
     ``carve`` plans every ``interval`` seconds on the demand of the last
     ``window`` arrivals (plus ``prior`` per class, so that no class is
@@ -284,7 +284,7 @@ def replay(requests, hosts, mode, static_layouts=None, planner=None,
                     state.set_layout(h, g, static_layouts[
                         h * GPUS_PER_HOST + g])
     planner = planner or layout_mod.Planner()
-    out = Outcome(mode, cluster.gpu_count)
+    out = CarvingOutcome(mode, cluster.gpu_count)
     recent = collections.deque()
     recent_counts = collections.Counter()
     held = {}

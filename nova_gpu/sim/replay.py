@@ -2,7 +2,7 @@
 
 Tasks arrive one by one and never leave; each is placed once or fails.
 After each task the allocated GPU capacity is recorded against the GPU
-request arrived so far; ``Result.curve`` reads the allocation ratio at
+request arrived so far; ``ReplayResult.curve`` reads the allocation ratio at
 every 1% of arrived request the way the FGD artifact does
 (``merge_alloc_discrete``: the mean over the tasks whose arrived request
 rounds to that percentage).
@@ -25,7 +25,7 @@ PLACEMENT_COLUMNS = ('task', 'node', 'gpus', 'taken', 'cpu_milli',
 
 
 @dataclasses.dataclass
-class Result:
+class ReplayResult:
     policy: str
     capacity: int  # GPU milli of the cluster
     arrived: np.ndarray  # cumulative GPU request after each task
@@ -131,9 +131,9 @@ def replay(nodes, tasks, policy, seed=0, typical_source=None):
             cluster.allocate(node, task[0], task[1], gpus, task[3])
             decisions.append((node, gpus, ''))
         used[i] = cluster.used
-    return Result(policy.name, cluster.capacity, arrived, used, decisions,
-                  tasks, nodes, time.perf_counter() - start,
-                  time.process_time() - start_cpu)
+    return ReplayResult(policy.name, cluster.capacity, arrived, used,
+                        decisions, tasks, nodes, time.perf_counter() - start,
+                        time.process_time() - start_cpu)
 
 
 def audit(nodes, tasks_by_name, path):

@@ -385,7 +385,7 @@ class MigrationStepTest(ServiceTestBase):
 
     def test_live_migration_step(self):
         from nova_gpu.reclaim import reclaimer
-        decision = reclaimer.Decision('request', (), (
+        decision = reclaimer.ReclaimDecision('request', (), (
             reclaimer.Step(0.0, reclaimer.LIVE_MIGRATE, 'od0', 'h1'),))
         ex = self.service(eviction_timeout=1).executor
         outcome = ex.carry_out(decision)

@@ -128,7 +128,7 @@ class ReplayTest(testtools.TestCase):
 class VerdictTest(testtools.TestCase):
 
     def outcome(self, mode, refused, pct):
-        out = carving.Outcome(mode, 8, arrived=100, refused=refused,
+        out = carving.CarvingOutcome(mode, 8, arrived=100, refused=refused,
                               offered_gpu_hours=100.0,
                               served_gpu_hours=pct)
         return out

@@ -12,7 +12,7 @@ from nova_gpu import tables
 
 
 class FakeResult:
-    """What the tables read of a ``replay.Result``."""
+    """What the tables read of a ``replay.ReplayResult``."""
 
     def __init__(self, at100, at130):
         self.points = {50: 50.0, 80: 80.0, 100: at100, 130: at130}
