@@ -30,7 +30,8 @@ opts = [
                help='Seconds after which a host\'s newest report counts as '
                     'stale (nova_gpu_host_stale). Keep it above two '
                     '[gpu_agent] reconcile_interval.'),
-    cfg.IntOpt('generation_reset_after', default=300, min=1,
+    cfg.IntOpt('generation_reset_after',
+               default=report.GENERATION_RESET_AFTER, min=1,
                help='Seconds after which a report with a lower generation '
                     'than the one held replaces it anyway (as '
                     '[gpu_scheduler] generation_reset_after).'),

@@ -50,6 +50,11 @@ opts = [
                help='Seconds after which a host\'s newest GPU report is too '
                     'old to plan with: its servers are not evicted. Keep it '
                     'above two [gpu_agent] reconcile_interval.'),
+    cfg.IntOpt('generation_reset_after',
+               default=report.GENERATION_RESET_AFTER, min=1,
+               help='Seconds after which a report with a lower generation '
+                    'than the one held replaces it anyway (as '
+                    '[gpu_scheduler] generation_reset_after).'),
     cfg.StrOpt('cloud',
                help='Entry of clouds.yaml (or OS_CLOUD) with admin '
                     'credentials for the compute and Placement APIs; unset: '

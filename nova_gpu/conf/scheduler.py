@@ -74,7 +74,8 @@ opts = [
                      'on the notification transport of nova.conf).'),
     cfg.StrOpt('report_topic', default=report.TOPIC,
                help='Notification topic the agents publish GPU reports on.'),
-    cfg.IntOpt('generation_reset_after', default=300, min=1,
+    cfg.IntOpt('generation_reset_after',
+               default=report.GENERATION_RESET_AFTER, min=1,
                help='Seconds after which a GPU report whose generation is '
                     'lower than the one the view holds for that host is '
                     'accepted anyway (logged at WARNING). Within this '

@@ -811,6 +811,12 @@ class Verdict:
         return self.name in (NEW_RUN, RESET)
 
 
+# Default of every receiver's ``reset_after`` (``[gpu_scheduler]``,
+# ``[gpu_exporter]`` and ``[gpu_reclaimer] generation_reset_after``):
+# one value, so that the receivers hold the same report.
+GENERATION_RESET_AFTER = 300
+
+
 def replaces(held, received, new, now, reset_after):
     """Whether report ``new`` replaces ``held``, the report a receiver
     holds for the same host, which it received at ``received``: a

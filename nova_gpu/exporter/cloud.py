@@ -204,7 +204,8 @@ def host_figures(host, offers, demand_of=demand_of):
 class CloudState:
     """Hosts' newest reports and the scheduler's notification counters."""
 
-    def __init__(self, catalog, clock=time.time, reset_after=300):
+    def __init__(self, catalog, clock=time.time,
+                 reset_after=report_mod.GENERATION_RESET_AFTER):
         self.catalog = catalog
         self.clock = clock
         self.reset_after = reset_after

@@ -70,7 +70,9 @@ class ReportStore:
     the held report is older than ``reset_after``, replaces it).
     """
 
-    def __init__(self, catalog, reset_after=180, clock=time.time):
+    def __init__(self, catalog,
+                 reset_after=report_mod.GENERATION_RESET_AFTER,
+                 clock=time.time):
         self.catalog = catalog
         self.reset_after = reset_after
         self.clock = clock

@@ -64,7 +64,8 @@ class ReclaimService:
             conf.gpu.catalog_files)
         self.names = flavor.PathNames.from_options(conf.gpu_scheduler)
         kw = {'clock': clock} if clock else {}
-        self.store = inventory.ReportStore(self.catalog, o.stale_after, **kw)
+        self.store = inventory.ReportStore(
+            self.catalog, o.generation_reset_after, **kw)
         self.stale_after = o.stale_after
         self.dry_run = o.dry_run
         self.reclaimer = reclaimer_mod.Reclaimer(

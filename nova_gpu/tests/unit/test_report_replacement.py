@@ -170,3 +170,32 @@ class EveryReceiverAsksTheCoreTest(testtools.TestCase):
         # The scheduler asks again once the report is read (another one
         # may have come in meanwhile).
         self.assertEqual([(5, 4, RESET_AFTER)] * 4, calls)
+
+
+class OneResetAfterTest(testtools.TestCase):
+    """Every receiver's ``reset_after`` is the core's default, and each
+    service passes its own ``generation_reset_after`` option.
+    """
+
+    def test_options_default_to_the_core_value(self):
+        from nova_gpu.conf import exporter as exporter_conf
+        from nova_gpu.conf import reclaim as reclaim_conf
+        from nova_gpu.conf import scheduler as scheduler_conf
+        for module in (exporter_conf, reclaim_conf, scheduler_conf):
+            (opt,) = [o for o in module.opts
+                      if o.name == 'generation_reset_after']
+            self.assertEqual(report_mod.GENERATION_RESET_AFTER, opt.default,
+                             module.__name__)
+
+    def test_the_reclaimer_passes_its_option(self):
+        # It used to pass [gpu_reclaimer] stale_after (180 s) where the
+        # others pass 300 s: a late report was judged differently.
+        from nova_gpu.reclaim import service
+        from nova_gpu.tests.unit.reclaim import fakes as reclaim_fakes
+        overrides = self.useFixture(config_fixture.Config(cfg.CONF))
+        overrides.config(group='gpu_reclaimer', generation_reset_after=123,
+                         stale_after=45)
+        svc = service.ReclaimService(
+            cfg.CONF, reclaim_fakes.FakeCompute([]),
+            catalog=reclaim_fakes.CATALOG, notifier=object())
+        self.assertEqual(123, svc.store.reset_after)
