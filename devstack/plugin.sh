@@ -225,6 +225,18 @@ function start_nova_gpu_services {
     done
 }
 
+# start_nova_gpu_scheduler: devstack started n-sch as nova-scheduler;
+# nova-gpu's scheduler service is the same service under
+# nova-gpu-scheduler (Nova's own main with nova-gpu's manager, which starts
+# the GPU report listener and sends the placement notifications). The
+# unit keeps its name (devstack@n-sch), configuration and logs.
+function start_nova_gpu_scheduler {
+    is_service_enabled n-sch || return 0
+    stop_process n-sch
+    run_process n-sch "$(get_python_exec_prefix)/nova-gpu-scheduler \
+--config-file $NOVA_CONF"
+}
+
 function stop_nova_gpu_services {
     local service
     for service in nova-gpu-exporter nova-gpu-reclaimer nova-gpu-defrag; do
@@ -306,6 +318,10 @@ elif [[ "$1" == "stack" && "$2" == "extra" ]]; then
     if is_service_enabled nova-gpu-agent; then
         echo_summary "Starting nova-gpu-agent"
         start_nova_gpu_agent
+    fi
+    if [[ "$NOVA_GPU_ENABLE_SCHEDULER" == "True" ]]; then
+        echo_summary "Running nova-scheduler as nova-gpu-scheduler"
+        start_nova_gpu_scheduler
     fi
     start_nova_gpu_services
     if is_service_enabled n-api; then

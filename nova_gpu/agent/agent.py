@@ -16,6 +16,7 @@ from nova_gpu.agent import devices
 from nova_gpu.agent import discovery
 from nova_gpu.agent import errors
 from nova_gpu.agent import exporter as exporter_mod
+from nova_gpu.agent import fabric as fabric_mod
 from nova_gpu.agent import health as health_mod
 from nova_gpu.agent import journal as journal_mod
 from nova_gpu.agent import libvirt_host
@@ -63,6 +64,10 @@ class Agent:
             LOG.warning('libvirt not used: %s', e)
             self.libvirt = None
         self.catalog = catalog_mod.load_catalog(conf.gpu.catalog_files)
+        # [gpu_agent] nvswitch_mode = shared: Fabric Manager, and the
+        # partitions the qemu hook activated for guests.
+        self.fabric = fabric_mod.from_conf(conf)
+        self.partitions = fabric_mod.keeper_from_conf(conf, self.fabric)
         self.journal = journal_mod.Journal.in_dir(opts.state_dir)
         # What a reboot loses, recorded for the restore at boot: the VFs
         # each PF had, and the vGPU type of each VF (the qemu hook
@@ -119,6 +124,7 @@ class Agent:
             nodename=self.nodename, libvirt=self.libvirt,
             resource_classes=self.conf.gpu_agent.pci_resource_classes,
             vf_types_on_demand=self.conf.gpu_agent.vf_types_on_demand,
+            fabric=self.fabric,
         ).discover()
 
     def next_generation(self):
@@ -164,6 +170,9 @@ class Agent:
             LOG.warning('reconcile failed (%s); reporting without it', e)
             result = None
         timings['reconcile_s'] = time.perf_counter() - start
+        partitions = fabric_mod.keep(
+            self.partitions, self.libvirt,
+            self.conf.gpu_agent.orphan_grace_period)
         try:
             # the VFs each PF has now, for the restore after a reboot
             self.sriov.observe(self.sysfs)
@@ -209,17 +218,20 @@ class Agent:
         changed = False
         if path:
             try:
-                changed = provider_config.write(inventory, path)
+                changed = provider_config.write(
+                    inventory, path,
+                    quota=self.conf.gpu_agent.quota_inventory)
             except OSError as e:
                 LOG.error('cannot write provider config %s: %s', path, e)
             if changed:
-                LOG.warning('GPU topology traits changed in %s: restart '
-                            'nova-compute so that it reads them', path)
+                LOG.warning('GPU topology traits or quota inventory '
+                            'changed in %s: restart nova-compute so that '
+                            'it reads them', path)
         pending = publisher.publish(report) if publisher else None
         return {'reconcile': result.as_dict() if result else None,
                 'report': report, 'provider_config_changed': changed,
                 'unsent_reports': pending, 'timings': timings,
-                'carve': carved,
+                'carve': carved, 'partitions': partitions,
                 # GPUs NVML cannot read now, left out of the report.
                 'unreadable_gpus': inventory.unreadable,
                 'left_out_gpus': [g['address'] for g in inventory.left_out]}

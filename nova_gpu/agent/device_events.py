@@ -23,6 +23,7 @@ import oslo_messaging as messaging
 from nova_gpu.agent import exporter
 from nova_gpu.core import notification
 from nova_gpu.core import report as report_mod
+from nova_gpu import listening
 from nova_gpu import send_queue
 
 LOG = logging.getLogger(__name__)
@@ -88,7 +89,7 @@ class DeviceEvents:
         self._transport = None
         if send is None:
             opts = conf.gpu_agent
-            self._transport = messaging.get_notification_transport(conf)
+            self._transport = listening.transport(conf)
             self._target = messaging.Target(
                 topic='%s.info' % opts.report_topic,
                 exchange=opts.report_exchange)

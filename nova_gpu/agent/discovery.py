@@ -16,6 +16,7 @@ import re
 
 from oslo_log import log as logging
 
+from nova_gpu.agent import fabric
 from nova_gpu.agent import sysfs as sysfs_mod
 from nova_gpu.core import catalog as catalog_mod
 from nova_gpu.core import exceptions
@@ -460,7 +461,11 @@ def _held(device, instance):
 class Discovery:
     def __init__(self, sysfs, nvml=None, catalog=None, host='localhost',
                  nodename=None, libvirt=None, cpu_milli=0, memory_mib=0,
-                 resource_classes=None, vf_types_on_demand=False):
+                 resource_classes=None, vf_types_on_demand=False,
+                 fabric=None):
+        # Fabric Manager (agent.fabric.FabricManager) of a host in Shared
+        # NVSwitch mode: its partitions go in the report.
+        self.fabric = fabric
         self.resource_classes = resource_class_map(resource_classes)
         # [gpu_agent] vf_types_on_demand: a typed VF is a VF a guest holds.
         self.vf_types_on_demand = vf_types_on_demand
@@ -530,7 +535,10 @@ class Discovery:
                              and r.model.mig_capable),
             vgpu_types=r.vgpu_profiles or None) for r in records]
         host = host_mod.Host(self.hostname, gpus, self.cpu_milli,
-                             self.memory_mib)
+                             self.memory_mib,
+                             partitions=(fabric.read_table(self.fabric, gpus)
+                                         if self.fabric is not None
+                                         else None))
         for r in records:
             self._account(host.gpus[r.index], r)
         return HostInventory(host=host, gpus=records,

@@ -1,4 +1,4 @@
-"""nova-compute's GPU resource providers in Placement (openstacksdk).
+"""nova-compute's GPU resource providers in Placement (``cloud_api``).
 
 nova-compute owns these providers (trait ``OWNER_NOVA``; it replaces the
 traits of its PCI-in-Placement providers after each ``[compute]
@@ -13,30 +13,27 @@ the libvirt driver only adds ``OWNER_NOVA`` to those and keeps the rest
 providers through the provider config file (``provider_config``).
 """
 
-from urllib import parse
-
 from oslo_log import log as logging
 
+from nova_gpu import cloud_api
 from nova_gpu.core import gpu_sets
 from nova_gpu.core import report as report_mod
 
 LOG = logging.getLogger(__name__)
 # 1.14: providers' root_provider_uuid and the in_tree filter.
-MICROVERSION = '1.14'
+MICROVERSION = cloud_api.PROVIDERS_VERSION
 
 
 def connect(cloud):
     """openstacksdk connection from a clouds.yaml entry."""
-    import openstack
-    return openstack.connect(cloud=cloud)
+    return cloud_api.connect(cloud)
 
 
 class PlacementClient:
     """The agent's reads of its host's providers and its head traits."""
 
     def __init__(self, conn):
-        self.placement = conn.placement
-        self._known_traits = set()
+        self.placement = cloud_api.Placement.of(conn)
         # (report, providers) of the last annotate, for quick head passes.
         self.last = None
 
@@ -49,29 +46,17 @@ class PlacementClient:
         import os_traits
         found = {}
         for name in names:
-            rps = self._get('/resource_providers?name=%s'
-                            % parse.quote(name))['resource_providers']
+            rps = self.placement.providers(name=name)
             if not rps:
                 continue
             rp = rps[0]
-            body = self._get('/resource_providers/%s/traits' % rp['uuid'])
-            traits = sorted(body.get('traits', ()))
+            traits, generation = self.placement.traits(rp['uuid'])
             found[name] = {'uuid': rp['uuid'],
-                           'generation': body['resource_provider_generation'],
+                           'generation': generation,
                            'root': rp['root_provider_uuid'],
                            'traits': traits,
                            'owner_nova': os_traits.OWNER_NOVA in traits}
         return found
-
-    def _get(self, url):
-        # Plain REST, not the SDK's resource proxies: the same calls work
-        # through any keystoneauth adapter of the placement service.
-        resp = self.placement.get(url, microversion=MICROVERSION,
-                                  raise_exc=False)
-        if resp.status_code != 200:
-            raise RuntimeError('GET %s: HTTP %d %s'
-                               % (url, resp.status_code, resp.text[:200]))
-        return resp.json()
 
     def annotate(self, report):
         """Add the providers' UUIDs (and what is missing) to a report.
@@ -119,9 +104,8 @@ class PlacementClient:
         free = set()
         roots = {found[n]['root'] for n in vfs if found[n]['root']}
         for root in sorted(roots):
-            free.update(rp['name'] for rp in self._get(
-                '/resource_providers?in_tree=%s&resources=%s:1'
-                % (root, report_mod.VGPU_RC))['resource_providers'])
+            free.update(rp['name'] for rp in self.placement.providers(
+                in_tree=root, resources='%s:1' % report_mod.VGPU_RC))
         current = {n for n in vfs
                    if any(gpu_sets.is_set_trait(t)
                           for t in found[n]['traits'])}
@@ -141,41 +125,22 @@ class PlacementClient:
             have = {t for t in info['traits'] if gpu_sets.is_set_trait(t)}
             if have == set(wanted):
                 return False
-            self._ensure_traits(wanted)
-            traits = sorted((set(info['traits']) - have) | set(wanted))
-            resp = self.placement.put(
-                '/resource_providers/%s/traits' % info['uuid'],
-                json={'traits': traits,
-                      'resource_provider_generation': info['generation']},
-                microversion=MICROVERSION, raise_exc=False)
-            if resp.status_code == 200:
-                body = resp.json()
-                info['traits'] = sorted(body['traits'])
-                info['generation'] = body['resource_provider_generation']
-                LOG.info('GPU set traits %s %s',
-                         'on' if wanted else 'off', name)
-                return True
-            if resp.status_code != 409:
-                raise RuntimeError('setting the set traits of %s: HTTP %d '
-                                   '%s' % (name, resp.status_code,
-                                           resp.text[:200]))
-            # Written meanwhile: read it again (its traits too).
-            body = self._get('/resource_providers/%s/traits' % info['uuid'])
-            info['traits'] = sorted(body['traits'])
-            info['generation'] = body['resource_provider_generation']
+            self.placement.ensure_traits(wanted)
+            traits = (set(info['traits']) - have) | set(wanted)
+            try:
+                info['traits'], info['generation'] = (
+                    self.placement.set_traits(info['uuid'], traits,
+                                              info['generation']))
+            except cloud_api.Conflict:
+                # Written meanwhile: read it again (its traits too).
+                info['traits'], info['generation'] = self.placement.traits(
+                    info['uuid'])
+                continue
+            LOG.info('GPU set traits %s %s', 'on' if wanted else 'off',
+                     name)
+            return True
         LOG.debug('set traits of %s: generation conflicts, next pass', name)
         return False
-
-    def _ensure_traits(self, traits):
-        """Custom traits exist before a provider names them."""
-        for trait in sorted(set(traits) - self._known_traits):
-            resp = self.placement.put('/traits/%s' % trait,
-                                      microversion=MICROVERSION,
-                                      raise_exc=False)
-            if resp.status_code not in (201, 204):
-                raise RuntimeError('creating trait %s: HTTP %d'
-                                   % (trait, resp.status_code))
-            self._known_traits.add(trait)
 
 
 def _providers(report):

@@ -46,6 +46,7 @@ from nova_gpu.core import host as host_mod
 from nova_gpu.core import layout as layout_mod
 from nova_gpu.core import notification
 from nova_gpu.core import request as request_mod
+from nova_gpu import listening
 
 LOG = logging.getLogger(__name__)
 DEMAND_FILE = 'demand.json'
@@ -173,8 +174,7 @@ class DemandSource:
 class DemandEndpoint:
     """oslo.messaging endpoint: the schedulers' demand into a source."""
 
-    filter_rule = messaging.NotificationFilter(
-        event_type='^%s$' % notification.DEMAND_EVENT.replace('.', r'\.'))
+    filter_rule = listening.event_filter([notification.DEMAND_EVENT])
 
     def __init__(self, source):
         self.source = source
@@ -191,13 +191,6 @@ class DemandEndpoint:
         return messaging.NotificationResult.HANDLED
 
 
-class _Discard:
-    """Drains the topic's shared queue (declared on every send)."""
-
-    def info(self, ctxt, publisher_id, event_type, payload, metadata):
-        return messaging.NotificationResult.HANDLED
-
-
 class DemandListener:
     """The notification listener of the demand topic (start/stop once)."""
 
@@ -205,45 +198,21 @@ class DemandListener:
         self.conf = conf
         self.source = source
         self.host = host
-        self._transport = transport
-        self._owns_transport = transport is None
-        self._servers = []
+        opts = conf.gpu_agent
+        # One pool per host: every agent gets every publication.
+        self._listener = listening.Listener(
+            conf, [(opts.demand_topic, opts.report_exchange)],
+            [DemandEndpoint(source)], pool=POOL_PREFIX + host, drain=True,
+            transport=transport, log=LOG)
 
     def start(self):
-        if self._transport is None:
-            self._transport = messaging.get_notification_transport(
-                self.conf)
-        opts = self.conf.gpu_agent
-        target = messaging.Target(topic=opts.demand_topic,
-                                  exchange=opts.report_exchange)
-        try:
-            # One pool per host: every agent gets every publication.
-            for endpoint, pool in (
-                    (DemandEndpoint(self.source), POOL_PREFIX + self.host),
-                    (_Discard(), None)):
-                server = messaging.get_notification_listener(
-                    self._transport, [target], [endpoint],
-                    executor='threading', pool=pool)
-                server.start()
-                self._servers.append(server)
-        except Exception:
-            self.stop()
-            raise
+        self._listener.start()
         LOG.info('listening for the GPU demand on topic %s',
-                 opts.demand_topic)
+                 self.conf.gpu_agent.demand_topic)
         return self
 
     def stop(self):
-        servers, self._servers = self._servers, []
-        for server in servers:
-            try:
-                server.stop()
-                server.wait()
-            except Exception as e:  # stopping goes on for the others
-                LOG.warning('stopping the demand listener: %s', e)
-        if self._owns_transport and self._transport is not None:
-            self._transport.cleanup()
-            self._transport = None
+        self._listener.stop()
 
 
 def source_from_conf(conf):

@@ -35,6 +35,13 @@ through the API. nova-compute reads the file when it starts
 restart it after the file changed (``write`` says whether it did). The
 file is replaced whole (``nova_gpu.atomic_file``): nova-compute, even after
 a power cut, reads the old file or the new one, never a truncated one.
+
+With ``quota=True`` (``[gpu_agent] quota_inventory``) the file also gives
+the compute node's root provider, by its name, the GPU quota classes of
+``core.quota.host_inventory``: custom inventory, which
+``_merge_provider_configs`` adds to the provider tree (Nova refuses
+standard classes and classes the virt driver reports there,
+nova/compute/provider_config.py ``_validate_provider_config``).
 """
 
 import os
@@ -43,27 +50,49 @@ import yaml
 
 from nova_gpu import atomic_file
 from nova_gpu.core import gpu_sets
+from nova_gpu.core import quota as quota_mod
 
 SCHEMA_VERSION = '1.0'
 
 
-def document(inventory):
-    """The provider config of a discovered host (``HostInventory``)."""
+def document(inventory, quota=False):
+    """The provider config of a discovered host (``HostInventory``);
+    ``quota``: with the GPU quota inventory on its root provider.
+    """
     by_index = inventory.providers()
+    root = None
+    if quota:
+        root = root_entry(inventory.nodename, quota_mod.host_inventory(
+            (g.model, [p['kind'] for p in by_index[g.index]])
+            for g in inventory.gpus))
     return document_of([{'index': g.index, 'providers': by_index[g.index],
-                         'traits': g.traits()} for g in inventory.gpus])
+                         'traits': g.traits()} for g in inventory.gpus],
+                       root=root)
 
 
-def document_of(gpus):
+def root_entry(nodename, inventories):
+    """The entry of the root provider ``nodename`` (the hypervisor host
+    name Nova names it by) with ``inventories`` (``{class: {'total': n,
+    ...}}``); None when there is nothing to add.
+    """
+    if not inventories:
+        return None
+    return {'identification': {'name': nodename},
+            'inventories': {'additional': [
+                {rc: dict(inv)} for rc, inv in sorted(inventories.items())]}}
+
+
+def document_of(gpus, root=None):
     """The provider config of ``gpus`` (``index``, ``providers`` as the
     report lists them, topology ``traits``): each GPU's topology traits on
     every provider of it, and the set traits of the GPUs that stand for
     themselves in multi-GPU requests (``core.gpu_sets.static_traits``;
     the heads of GPUs whose VFs are providers move, so the agent keeps
-    those in Placement, ``agent.placement``).
+    those in Placement, ``agent.placement``). ``root``: an entry of
+    ``root_entry`` to add first.
     """
     sets = gpu_sets.static_traits(gpus)
-    providers = []
+    providers = [root] if root else []
     for gpu in gpus:
         for provider in gpu['providers']:
             traits = set(gpu['traits']) | sets.get(provider['name'], set())
@@ -82,11 +111,11 @@ def render(document):
                              sort_keys=False))
 
 
-def write(inventory, path):
+def write(inventory, path, quota=False):
     """Write the file of ``inventory`` if its content changed; return True
-    if it did.
+    if it did. ``quota``: see ``document``.
     """
-    return write_document(document(inventory), path)
+    return write_document(document(inventory, quota=quota), path)
 
 
 def write_document(doc, path):

@@ -33,6 +33,7 @@ import oslo_messaging
 
 from nova_gpu import atomic_file
 from nova_gpu.core import report as report_mod
+from nova_gpu import listening
 
 LOG = logging.getLogger(__name__)
 # Most seconds an agent cycle waits for the broker to take its reports
@@ -44,8 +45,7 @@ class ReportPublisher:
     def __init__(self, conf, topic, outbox_dir, outbox_max=100, url=None,
                  publisher_id=report_mod.PUBLISHER, retry=1, exchange=None,
                  send_timeout=SEND_TIMEOUT):
-        self.transport = oslo_messaging.get_notification_transport(
-            conf, url=url)
+        self.transport = listening.transport(conf, url=url)
         # exchange None: the transport's control_exchange
         self.target = oslo_messaging.Target(topic='%s.info' % topic,
                                             exchange=exchange)

@@ -25,9 +25,16 @@ current_vgpu_type``) the vGPU type of the instance's flavor: the
   and the agent reports it so (``discovery.GpuRecord.vendor_vfio_types``).
   Live migration releases the source's VFs once the guest has left; a
   hard reboot releases and prepares again.
+* On an HGX host in Fabric Manager's Shared NVSwitch mode (``[gpu_agent]
+  nvswitch_mode = shared``) the NVSwitch partition of exactly the
+  domain's whole GPUs (the NVIDIA GPU PFs among its hostdevs) is
+  activated in ``prepare begin`` (``agent.fabric.PartitionKeeper``, a
+  record in the state directory first) and deactivated in ``release
+  end``; GPUs forming no partition, or Fabric Manager refusing, fail the
+  start with a message naming the GPUs or Fabric Manager's error.
 * Every other operation, a domain without Nova metadata or without
-  ``gpu:profile``, and devices that are not vendor-VFIO VFs are left
-  alone (exit 0).
+  ``gpu:profile`` (and, in Shared NVSwitch mode, without whole GPUs),
+  and devices that are not vendor-VFIO VFs are left alone (exit 0).
 * Bounded, since libvirt waits for the hook: at most ``MAX_XML``
   characters of XML are read, each PCI address is handled once however
   often the XML lists it, and ``prepare`` refuses (the guest does not
@@ -65,6 +72,7 @@ from lxml import etree
 
 from nova_gpu.agent import discovery
 from nova_gpu.agent import errors
+from nova_gpu.agent import fabric
 from nova_gpu.agent import privsep
 from nova_gpu.agent import sysfs as sysfs_mod
 from nova_gpu.agent import vf_types
@@ -320,8 +328,9 @@ def _parse(xml):
 
 
 def _configured():
-    """``[gpu_agent] sysfs_root`` and ``state_dir`` from the agent's
-    configuration file.
+    """``[gpu_agent] sysfs_root``, ``state_dir`` and the NVSwitch
+    ``fabric.PartitionKeeper`` (None unless ``nvswitch_mode = shared``)
+    from the agent's configuration file.
     """
     from oslo_config import cfg
 
@@ -329,7 +338,35 @@ def _configured():
     # libvirt's arguments are not ours: read no command line. The files
     # are checked as every program's are: a FIFO there would hang libvirt.
     daemon.read_config(conf, [], PROG)
-    return conf.gpu_agent.sysfs_root, conf.gpu_agent.state_dir
+    return (conf.gpu_agent.sysfs_root, conf.gpu_agent.state_dir,
+            fabric.keeper_from_conf(conf))
+
+
+def passthrough_gpus(root, sysfs_root):
+    """The domain's whole GPUs (NVIDIA GPU PFs among its PCI hostdevs),
+    each once: what its NVSwitch partition must hold.
+    """
+    gpus = sysfs_mod.Sysfs(sysfs_root).nvidia_gpus()
+    return [a for a in hostdev_addresses(root)
+            if a in gpus and not gpus[a].physfn]
+
+
+def prepare_partition(keeper, domain, root, sysfs_root):
+    """Activate the NVSwitch partition of the domain's whole GPUs; its
+    ID, or None (no whole GPU, or the host is not in Shared NVSwitch
+    mode). HookError, the guest not started, when the GPUs form no
+    partition or Fabric Manager refuses: a guest on GPUs without their
+    partition would find no NVLink fabric.
+    """
+    if keeper is None:
+        return None
+    gpus = passthrough_gpus(root, sysfs_root)
+    if not gpus:
+        return None
+    try:
+        return keeper.prepare(domain, gpus)
+    except fabric.PartitionError as e:
+        raise HookError(str(e)) from None
 
 
 def _say(stderr, domain, what):
@@ -356,12 +393,16 @@ def _keep_record(change, state_dir, domain, stderr, *args):
 
 
 def main(argv=None, stdin=None, stderr=None, sysfs_root=None,
-         state_dir=None):
+         state_dir=None, keeper=None):
     """The hook: exit status 0 (go on) or 1 (libvirt stops the start).
 
     Each VF typed is recorded in ``state_dir`` (``vf_types``), and
     forgotten when cleared, so that ``nova-gpu-restore`` types it again
-    after a reboot while its domain is still defined.
+    after a reboot while its domain is still defined. In Shared NVSwitch
+    mode (``keeper``, from ``[gpu_agent] nvswitch_mode``) the partition
+    of a guest's whole GPUs is activated first and deactivated at
+    ``release end``; the agent's cycle settles what a crash left
+    (``fabric.keep``).
     """
     argv = sys.argv[1:] if argv is None else argv
     stderr = stderr or sys.stderr
@@ -375,17 +416,32 @@ def main(argv=None, stdin=None, stderr=None, sysfs_root=None,
         if len(xml) > MAX_XML:
             raise HookError('domain XML larger than %d bytes' % MAX_XML)
         root = _parse(xml)
-        if not asks_vgpu_type(flavor_specs(root)):
-            # Not a guest of ours: it starts and stops whatever else is
-            # wrong here (the agent's configuration file, say).
-            return 0
+        typed = asks_vgpu_type(flavor_specs(root))
+        if not typed and next(_pci_addresses(root), None) is None:
+            return 0   # neither a VF to type nor a GPU to partition
         if sysfs_root is None:
-            sysfs_root, state_dir = _configured()
+            try:
+                sysfs_root, state_dir, keeper = _configured()
+            except Exception:
+                if typed:
+                    raise
+                # Not a vGPU guest: it starts and stops whatever else is
+                # wrong here (the agent's configuration file, say).
+                return 0
             # libvirt runs hooks as root: no privsep daemon needed.
             privsep.use_in_process()
         if phase == RELEASE:
-            return _release(domain, root, sysfs_root, state_dir, stderr)
-        done = prepare(root, sysfs_root)
+            return _release(domain, root, sysfs_root, state_dir, stderr,
+                            keeper, typed)
+        held = prepare_partition(keeper, domain, root, sysfs_root)
+        try:
+            done = prepare(root, sysfs_root) if typed else []
+        except Exception:
+            if held is not None:
+                _release_partition(keeper, domain, stderr)
+            raise
+        if held is not None:
+            _say(stderr, domain, 'NVSwitch partition %d activated' % held)
     except (HookError, daemon.ConfigError) as e:
         _say(stderr, domain, e)
         return 1
@@ -400,7 +456,26 @@ def main(argv=None, stdin=None, stderr=None, sysfs_root=None,
     return 0
 
 
-def _release(domain, root, sysfs_root, state_dir, stderr):
+def _release_partition(keeper, domain, stderr):
+    """Deactivate the domain's partition; a failure is reported (the
+    agent's cycle deactivates it later), never raised.
+    """
+    try:
+        pid = keeper.release(domain)
+    except (fabric.FabricManagerError, OSError, ValueError) as e:
+        _say(stderr, domain, 'deactivating its NVSwitch partition failed '
+             '(the agent retries): %s' % e)
+        return
+    if pid is not None:
+        _say(stderr, domain, 'NVSwitch partition %d deactivated' % pid)
+
+
+def _release(domain, root, sysfs_root, state_dir, stderr, keeper=None,
+             typed=True):
+    if keeper is not None:
+        _release_partition(keeper, domain, stderr)
+    if not typed:
+        return 0
     cleared, failed = release(root, sysfs_root)
     for address in cleared:
         _say(stderr, domain, 'VF %s vGPU type cleared' % address)

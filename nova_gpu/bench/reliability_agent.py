@@ -393,8 +393,8 @@ def _published(log_path, held=None):
 def restarts(outage=4.0, log=print):
     """Run the agent service through a broker and a libvirtd restart."""
     from oslo_config import cfg
-    import oslo_messaging
 
+    from nova_gpu import listening
     from nova_gpu.tests.functional.agent import fakehost
     from nova_gpu.tests.functional.agent import rabbit
     from nova_gpu.tests.harness import agent_process
@@ -406,18 +406,15 @@ def restarts(outage=4.0, log=print):
         topic = 'ngpu_rel_%s' % uuid_mod.uuid4().hex[:8]
         conf = cfg.ConfigOpts()
         conf([], project='nova-gpu-bench')
-        transport = oslo_messaging.get_notification_transport(
-            conf, url=broker.url)
+        transport = listening.transport(conf, url=broker.url)
         # durable queues: what the broker took survives its restart
         conf.set_override('amqp_durable_queues', True,
                           group='oslo_messaging_rabbit')
         conf.set_override('rabbit_retry_interval', 1,
                           group='oslo_messaging_rabbit')
         reports = _Reports()
-        listener = oslo_messaging.get_notification_listener(
-            transport, [oslo_messaging.Target(topic=topic, exchange='nova')],
-            [reports], executor='threading')
-        listener.start()
+        listener = listening.Listener(
+            conf, [(topic, 'nova')], [reports], transport=transport).start()
         path = agent_process.write_config(
             os.path.join(host.dir, 'agent.conf'), broker.url, topic,
             host.dir, host.fs.root, host='rel1', libvirt_uri=host.uri,
@@ -448,7 +445,6 @@ def restarts(outage=4.0, log=print):
                     break
             time.sleep(0.2)
         listener.stop()
-        listener.wait()
         transport.cleanup()
         with reports.lock:
             lost = sorted(set(published) - reports.generations)

@@ -123,8 +123,54 @@ def _valid(catalog, name, i, generation):
                                                   'A100-3-20C']}]}
     else:
         devices = {2: [{'kind': 'whole'}]}
-    return report_mod.host_to_dict(host, name, generation, providers,
+    data = report_mod.host_to_dict(host, name, generation, providers,
                                    devices, boot_id='boot-%s' % name)
+    if shape == 3:
+        # Whole GPUs on an HGX board in Shared NVSwitch mode: its
+        # partitions, the one of the guest's GPU 2 active.
+        data['partitions'] = _partitions()
+    return data
+
+
+def _partitions():
+    return [{'id': 0, 'gpus': [0, 1, 2, 3], 'supported': True,
+             'active': False},
+            {'id': 1, 'gpus': [0, 1], 'supported': True, 'active': False},
+            {'id': 2, 'gpus': [2, 3], 'supported': False, 'active': False}
+            ] + [{'id': 3 + i, 'gpus': [i], 'supported': True,
+                  'active': i == 2} for i in range(4)]
+
+
+def _bad_partitions(rng, data):
+    """A ``partitions`` list a real Fabric Manager never gives: each a
+    fault the parser must name (``partitions...``).
+    """
+    parts = data['partitions']
+    entry = rng.choice(parts) if parts else {'id': 9, 'gpus': [0]}
+    if not isinstance(entry, dict):
+        entry = {'id': 9, 'gpus': [0]}
+    case = rng.randrange(9)
+    if case == 0:    # two active partitions sharing a GPU
+        parts += [{'id': 20, 'gpus': [0, 1], 'active': True},
+                  {'id': 21, 'gpus': [1], 'active': True}]
+    elif case == 1:  # a GPU the report does not have
+        entry['gpus'] = [0, len(data.get('gpus') or ()) + 3]
+    elif case == 2:  # an ID listed twice
+        parts.append(dict(entry))
+    elif case == 3:  # no GPUs
+        entry['gpus'] = []
+    elif case == 4:  # an ID out of Fabric Manager's range
+        entry['id'] = rng.choice([-1, 64, 2 ** 40, '3', 1.0, None])
+    elif case == 5:  # more partitions than Fabric Manager has
+        data['partitions'] = [{'id': i % 64, 'gpus': [0]}
+                              for i in range(65)]
+    elif case == 6:  # a GPU twice in one partition
+        entry['gpus'] = [0, 0]
+    elif case == 7:
+        entry[rng.choice(['supported', 'active'])] = rng.choice(
+            ['yes', 1, None, []])
+    else:
+        data['partitions'] = rng.choice(['all', 7, {'id': 0}, [None]])
 
 
 def _paths(node, prefix=()):
@@ -160,6 +206,9 @@ def _mutate(rng, data, unreal=None):
             break
         if roll < 0.2:
             data['version'] = rng.choice([0, 1, 2, 3, '2', 2.0, True, None])
+            continue
+        if roll < 0.25 and isinstance(data.get('partitions'), list):
+            _bad_partitions(rng, data)
             continue
         if roll < 0.3 and isinstance(data.get('gpus'), list) and all(
                 isinstance(g, dict) for g in data['gpus']) and data['gpus']:
@@ -353,6 +402,11 @@ def run(quick=False, reports=None, seed=20261201):
         now[0] += CONF.gpu_scheduler.generation_reset_after + 1
         frozen = corrupted = 0
         for name in victims:
+            # The agent's next cycle but one: a fuzzed report may have
+            # taken the next generation (``gen + 1``) with other content,
+            # and an agent never sends two reports of one generation (the
+            # rule takes the second for the outbox's resend: ignored).
+            generation[name] += 1
             report = valid(name)
             for ep in (endpoint, clean_endpoint):
                 ep.info({}, 'nova-gpu-agent.' + name, report_mod.EVENT_TYPE,

@@ -102,9 +102,9 @@ def _nova_run(args):
     seconds = time.perf_counter() - start
     return mode, policy, (
         replay_mod.ReplayResult(policy, cap, arrived, placed, [], work, nodes,
-                          seconds),
-        replay_mod.ReplayResult(policy, cap, arrived, allocated, [], work, nodes,
-                          seconds))
+                                seconds),
+        replay_mod.ReplayResult(policy, cap, arrived, allocated, [], work,
+                                nodes, seconds))
 
 
 def nova_modes_table(seeds):

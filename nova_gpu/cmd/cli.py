@@ -1,5 +1,7 @@
 """``nova-gpu``: see :func:`nova_gpu.agent.cli.main`."""
 
+# First: native threading, no eventlet (see nova_gpu.cmd).
+from nova_gpu.cmd import native_threading  # noqa: F401,H306
 import sys
 
 from nova_gpu.agent import cli

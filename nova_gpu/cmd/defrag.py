@@ -1,5 +1,7 @@
 """``nova-gpu-defrag``: see :func:`nova_gpu.defrag.service.main`."""
 
+# First: native threading, no eventlet (see nova_gpu.cmd).
+from nova_gpu.cmd import native_threading  # noqa: F401,H306
 import sys
 
 from nova_gpu.defrag import service

@@ -1,5 +1,7 @@
 """``nova-gpu-exporter``: see :func:`nova_gpu.exporter.service.main`."""
 
+# First: native threading, no eventlet (see nova_gpu.cmd).
+from nova_gpu.cmd import native_threading  # noqa: F401,H306
 import sys
 
 from nova_gpu.exporter import service

@@ -1,5 +1,7 @@
 """``nova-gpu-reclaimer``: see :func:`nova_gpu.reclaim.service.main`."""
 
+# First: native threading, no eventlet (see nova_gpu.cmd).
+from nova_gpu.cmd import native_threading  # noqa: F401,H306
 import sys
 
 from nova_gpu.reclaim import service

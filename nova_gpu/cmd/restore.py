@@ -6,6 +6,8 @@ nova-compute) so that nova-compute, which takes the host's PCI devices
 when it starts, finds the VFs. Exits 1 when something could not be made.
 """
 
+# First: native threading, no eventlet (see nova_gpu.cmd).
+from nova_gpu.cmd import native_threading  # noqa: F401,H306
 import sys
 
 from oslo_log import log as logging

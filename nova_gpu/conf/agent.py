@@ -107,6 +107,18 @@ opts = [
                     'directory). It carries the GPU topology traits, '
                     'which stick across nova-compute\'s periodic provider '
                     'updates. Empty disables it.'),
+    cfg.BoolOpt('quota_inventory', default=False,
+                help='Also put the GPU quota resource classes '
+                     '(CUSTOM_GPU_QUOTA_<MODEL>_VGPU, _<MODEL>_WHOLE and '
+                     'CUSTOM_GPU_QUOTA_MEMORY_MB, nova_gpu.core.quota) on '
+                     'the compute node\'s root provider, through '
+                     'provider_config_file, so that Nova\'s unified limits '
+                     'can cap a project\'s GPUs per model and its GPU '
+                     'memory. Enable it on every GPU host before flavors '
+                     'ask those classes (openstack gpu flavor keys '
+                     '--quota): a host without them has no room for such '
+                     'flavors. Restart nova-compute after the file '
+                     'changed. See doc/source/quotas.rst.'),
     cfg.StrOpt('report_topic', default=report.TOPIC,
                help='oslo.messaging notification topic of host GPU '
                     'reports.'),
@@ -227,6 +239,39 @@ opts = [
                     'never reported idle, nor one whose readings stop for '
                     'longer than twice reconcile_interval (at least 5 '
                     'minutes).'),
+    cfg.StrOpt('nvswitch_mode', default='none',
+               help='Fabric Manager virtualization model of this HGX host. '
+                    'In shared mode the agent reports the partitions Fabric '
+                    'Manager lists (nova_gpu.core.partitions), the qemu '
+                    'hook activates the partition of a passthrough guest\'s '
+                    'GPUs before it starts and deactivates it when it '
+                    'stops, and each agent cycle deactivates partitions of '
+                    'guests that are gone and sets the activated list '
+                    'again after a Fabric Manager restart.',
+               choices=[
+                   ('none', 'no NVSwitch partitions: whole GPUs go to '
+                            'guests in any set (no NVSwitch, or Fabric '
+                            'Manager\'s full passthrough model)'),
+                   ('shared', 'Fabric Manager\'s Shared NVSwitch model: '
+                              'a guest gets only GPUs forming a free '
+                              'partition, activated before it starts')]),
+    cfg.StrOpt('fmpm_path', default='fmpm',
+               help='NVIDIA\'s Fabric Manager partition tool (fmpm, '
+                    'github.com/NVIDIA/Fabric-Manager-Client), by which '
+                    'the agent and the qemu hook call Fabric Manager in '
+                    'shared nvswitch_mode.'),
+    cfg.StrOpt('fabric_manager_socket', default='',
+               help='Unix socket of Fabric Manager (its '
+                    'FM_CMD_UNIX_SOCKET_PATH). Empty: fabric_manager_address '
+                    'is used.'),
+    cfg.StrOpt('fabric_manager_address', default='',
+               help='Address of Fabric Manager\'s API (its '
+                    'FM_CMD_BIND_INTERFACE) when fabric_manager_socket is '
+                    'empty. Empty: fmpm\'s default, 127.0.0.1.'),
+    cfg.IntOpt('fabric_manager_timeout', default=30, min=1,
+               help='Seconds one Fabric Manager call may take; a guest '
+                    'start whose partition cannot be activated in time '
+                    'fails.'),
 ]
 
 

@@ -16,6 +16,7 @@ import stat
 import yaml
 
 from nova_gpu.core import exceptions
+from nova_gpu.core import mixed_size
 
 DEFAULT_CATALOG = os.path.join(os.path.dirname(__file__), 'data',
                                'gpu_catalog.yaml')
@@ -93,6 +94,9 @@ class GpuModel:
     nvml_names: tuple = ()
     aliases: tuple = ()
     sources: tuple = ()
+    # Mixed-size vGPU mode (core.mixed_size): None where the model has no
+    # such mode, else the types whose maximum NVIDIA lowers in it.
+    mixed_size_maxima: dict = None
 
     @property
     def mig_capable(self):
@@ -475,6 +479,7 @@ MODEL = _Record({
     'nvml_names': (_List(_Str()), ()),
     'vgpu_mode': (_Str(choices=VGPU_MODES), _REQUIRED),
     'time_sliced_mixing': (_Bool(), False),
+    'mixed_size_maxima': (_Map(_NAME, _POSITIVE), None),
     'nvlink': (_Bool(), False),
     'sources': (_List(_Str()), ()),
     'mig': (MIG_SPEC, None),
@@ -533,7 +538,7 @@ def _model(ctx, raw, sources):
                                        raw['framebuffer_mib'], mig)
     if profiles and raw['vgpu_mode'] == 'none':
         ctx.fail('vgpu_mode', "'none' but vGPU profiles are listed")
-    return GpuModel(
+    model = GpuModel(
         name=raw['name'], architecture=raw['architecture'],
         framebuffer_mib=raw['framebuffer_mib'], vgpu_mode=raw['vgpu_mode'],
         time_sliced_mixing=raw['time_sliced_mixing'], nvlink=raw['nvlink'],
@@ -541,7 +546,10 @@ def _model(ctx, raw, sources):
         pci_device_ids=tuple(d.lower().removeprefix('0x')
                              for d in raw['pci_device_ids']),
         nvml_names=raw['nvml_names'], aliases=raw['aliases'],
-        sources=raw['sources'])
+        sources=raw['sources'], mixed_size_maxima=raw['mixed_size_maxima'])
+    for name, problem in mixed_size.check_model(model):
+        ctx.fail('mixed_size_maxima.' + name, problem)
+    return model
 
 
 def _mig(ctx, raw):

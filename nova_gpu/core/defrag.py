@@ -25,8 +25,10 @@ The cloud's hosts and servers come from ``core.inventory``, which marks
 only mdev-backed vGPU guests movable (Nova live-migrates those, since
 29.0, when the destination offers the same mdev type); the planner's
 ``moves.migration_request`` asks the destination for the same vGPU type.
-``ComputeMover`` is the ``Mover`` both adapters use: Nova's compute API
-through the openstacksdk proxy they hand in (nothing is imported here).
+``CallbackMover`` is the ``Mover`` both adapters and the reclaimer use: the
+live-migration request and the server's state are callables they hand in
+(``nova_gpu.cloud_api.Nova.mover`` binds them to Nova); nothing here
+talks to OpenStack.
 """
 
 import dataclasses
@@ -422,34 +424,22 @@ def _by_name(hosts):
     return hosts if isinstance(hosts, dict) else {h.name: h for h in hosts}
 
 
-# -- Nova through an openstacksdk-like connection --------------------------
-
-class ComputeMover(PollingMover):
-    """Live migration through Nova's compute API (openstacksdk's proxy).
-
-    ``start``: ``live_migrate_server`` to the named host, letting Nova's
-    scheduler check it (``force`` False) and choose block migration
-    (``'auto'``); ``status``: the server's status, host and task.
+class CallbackMover(PollingMover):
+    """``PollingMover`` over two callables the adapter hands in:
+    ``start(server_id, destination)`` asks for the live migration,
+    ``status(server_id)`` gives a ``ServerState`` (None: gone).
     """
 
-    def __init__(self, compute, **kw):
+    def __init__(self, start, status, **kw):
         super().__init__(**kw)
-        self.compute = compute
+        self._start = start
+        self._status = status
 
     def start(self, server_id, destination):
-        self.compute.live_migrate_server(server_id, host=destination,
-                                         block_migration='auto')
+        self._start(server_id, destination)
 
     def status(self, server_id):
-        server = self.compute.find_server(server_id, ignore_missing=True)
-        if server is None:
-            return None
-        fault = getattr(server, 'fault', None) or {}
-        return ServerState(server.status, getattr(server, 'compute_host',
-                                                  None),
-                           getattr(server, 'task_state', None),
-                           fault.get('message') if isinstance(fault, dict)
-                           else None)
+        return self._status(server_id)
 
 
 def cloud_demand(catalog, hosts):

@@ -10,6 +10,7 @@ import typing
 from nova_gpu.core import exceptions
 from nova_gpu.core import fragmentation
 from nova_gpu.core import host as host_mod
+from nova_gpu.core import partitions
 from nova_gpu.core import scoring
 from nova_gpu.core import topology
 
@@ -77,6 +78,8 @@ class PlacementEngine:
             return ('%d of %d GPUs can take a %s device, %d needed%s'
                     % (len(fitting), len(host.gpus), what, req.count,
                        '; quarantined: ' + '; '.join(held) if held else ''))
+        if partitions.applies(host, req):
+            return partitions.why_not(host, req.count)
         if req.topology != 'any':
             return ('no %d GPUs satisfy topology=%s'
                     % (req.count, req.topology))
@@ -98,8 +101,17 @@ class PlacementEngine:
         # Single-device choices on GPUs in the same state cost the same:
         # compute each distinct one once.
         seen = {}
-        single = req.count == 1
-        for gpus in topology.candidate_sets(ordered, req.count):
+        bound = partitions.applies(host, req)
+        # On a Shared NVSwitch host two GPUs in one state still differ:
+        # the partitions each breaks (no sharing of single choices).
+        single = req.count == 1 and not bound
+        if bound:
+            sets = [tuple(host.gpus[i] for i in indices)
+                    for indices in partitions.candidate_sets(
+                        host, req.count, frozenset(options))]
+        else:
+            sets = topology.candidate_sets(ordered, req.count)
+        for gpus in sets:
             # One device: every slot of a GPU shares the GPU's state key.
             gpu_key = keys[gpus[0].index] if single else None
             for placement, numa_miss in self._placements(host, req, gpus,
@@ -194,6 +206,12 @@ class PlacementEngine:
             host.memory_free, host.memory_free - placement.memory_mib,
             unit_free, unit_free_after=unit_free_after)
         topo = topology.penalty(gpus)
+        if host.partitions is not None and slots[0].kind == host_mod.WHOLE:
+            # The fewer larger partitions a choice breaks, the better.
+            free = frozenset(g.index for g in host.gpus
+                             if g.fits_whole() and g.quarantine is None)
+            topo += partitions.LOST_LARGER * partitions.lost_larger(
+                host, placement.gpus, free)
         w = self.weights
         cost = (w.fragmentation * steps * self.scoring_weights.quantum
                 + w.topology * topo + w.numa * numa_miss)
@@ -231,6 +249,9 @@ class PlacementEngine:
     def _placements(self, host, req, gpus, options):
         """(placement, NUMA miss) for the GPU set ``gpus``, if allowed."""
         if not topology.satisfies(gpus, req.topology):
+            return
+        if partitions.applies(host, req) and not partitions.feasible(
+                host, [g.index for g in gpus]):
             return
         numa_node, numa_miss = numa_fit(host, gpus, req)
         if numa_miss is None:
@@ -342,6 +363,11 @@ class _DemandIndex:
         # Requests that need several GPUs: a GPU count decides them.
         self.multi = [(1 << m, r.count) for m, r in enumerate(self.items)
                       if r is not None and r.count > 1]
+        # Those of whole GPUs: on a Shared NVSwitch host a free partition
+        # of their size decides them (core.partitions).
+        self.whole_multi = frozenset(
+            1 << m for m, r in enumerate(self.items)
+            if r is not None and r.count > 1 and r.kind == host_mod.WHOLE)
         # Requests with CPU or memory: the host's free CPU/memory decides.
         self.sized = [(1 << m, r.cpu_milli, r.memory_mib)
                       for m, r in enumerate(self.items)
@@ -408,7 +434,15 @@ class _FragState:
         if not total_free:
             return 0.0
         node_fit = any_fit
+        table = self.host.partitions
         for bit, count in index.multi:
+            if table is not None and bit in index.whole_multi:
+                if node_fit & bit and not partitions.some_partition_fits(
+                        self.host, count, frozenset(
+                            i for i, (_free, fits) in enumerate(per_gpu)
+                            if fits & bit)):
+                    node_fit &= ~bit
+                continue
             if node_fit & bit:
                 n = 0
                 for _free, fits in per_gpu:

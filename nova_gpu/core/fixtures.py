@@ -8,8 +8,13 @@ from nova_gpu.core import host as host_mod
 
 
 def hgx_host(name, model, gpus=8, numa_nodes=2, cpu_milli=224000,
-             memory_mib=2 * 1024 * 1024, mig=False, vgpu_types=None):
-    """An HGX-style server: NVSwitch between all GPUs, two per switch."""
+             memory_mib=2 * 1024 * 1024, mig=False, vgpu_types=None,
+             partitions=None):
+    """An HGX-style server: NVSwitch between all GPUs, two per switch.
+
+    ``partitions`` (a ``partitions.PartitionTable``): the host is in
+    Fabric Manager's Shared NVSwitch mode.
+    """
     per_node = gpus // numa_nodes or 1
     devices = []
     for i in range(gpus):
@@ -23,7 +28,8 @@ def hgx_host(name, model, gpus=8, numa_nodes=2, cpu_milli=224000,
     cells = [host_mod.NumaCell(n, cpu_milli // numa_nodes,
                                memory_mib // numa_nodes)
              for n in range(numa_nodes)]
-    return host_mod.Host(name, devices, cpu_milli, memory_mib, cells)
+    return host_mod.Host(name, devices, cpu_milli, memory_mib, cells,
+                         partitions)
 
 
 def pcie_host(name, model, gpus=4, numa_nodes=2, cpu_milli=96000,

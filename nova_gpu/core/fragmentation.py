@@ -14,6 +14,7 @@ import dataclasses
 import functools
 
 from nova_gpu.core import host as host_mod
+from nova_gpu.core import partitions
 
 
 @dataclasses.dataclass(frozen=True)
@@ -171,6 +172,10 @@ def host_fits(host, req, free_gpus=None):
     """Could ``req`` fit ``host`` at all (ignoring topology)?"""
     if (req.cpu_milli > host.cpu_free or req.memory_mib > host.memory_free):
         return False
+    if req.count > 1 and partitions.applies(host, req):
+        # Shared NVSwitch: only a free partition of its size takes it.
+        return partitions.some_partition_fits(host, req.count,
+                                              fit_checker(req))
     if free_gpus is None:
         free_gpus = sum(1 for g in host.gpus if unit_fits(g, req))
     return free_gpus >= req.count

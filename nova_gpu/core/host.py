@@ -401,7 +401,8 @@ class Assignment(typing.NamedTuple):
 class Host:
     """A compute host: GPUs, CPU and memory, with allocation state."""
 
-    def __init__(self, name, gpus, cpu_milli=0, memory_mib=0, cells=None):
+    def __init__(self, name, gpus, cpu_milli=0, memory_mib=0, cells=None,
+                 partitions=None):
         self.name = name
         self.gpus = list(gpus)
         for i, gpu in enumerate(self.gpus):
@@ -414,6 +415,9 @@ class Host:
         self.cpu_used = 0
         self.memory_used = 0
         self.cells = {c.id: c for c in (cells or ())}
+        # NVSwitch partitions (a core.partitions.PartitionTable) of a host
+        # in Shared NVSwitch mode; None where whole GPUs go in any set.
+        self.partitions = partitions
 
     @property
     def cpu_free(self):
@@ -436,13 +440,15 @@ class Host:
         return (self.cpu_milli, self.memory_mib,
                 tuple((c.id, c.cpu_milli, c.memory_mib)
                       for _, c in sorted(self.cells.items())),
-                tuple(g.identity() for g in self.gpus), self.snapshot())
+                tuple(g.identity() for g in self.gpus), self.snapshot(),
+                self.partitions)
 
     def copy(self, name=None):
         """An independent copy, named ``name`` (default: the same)."""
         host = Host(name or self.name, [g.copy() for g in self.gpus],
                     self.cpu_milli, self.memory_mib,
-                    [dataclasses.replace(c) for c in self.cells.values()])
+                    [dataclasses.replace(c) for c in self.cells.values()],
+                    self.partitions)
         host.cpu_used = self.cpu_used
         host.memory_used = self.memory_used
         return host

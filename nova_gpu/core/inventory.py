@@ -9,10 +9,18 @@ when the destination offers the same mdev type, and PCI devices
 (whole-GPU passthrough, vendor-VFIO VFs, bare MIG instances) do not
 live-migrate.
 
-Nothing here imports OpenStack: ``read_servers`` and ``read_cloud`` take
-an openstacksdk ``Connection`` (or a stand-in with the same calls) from
-the adapter, so that ``openstack gpu defrag`` and ``nova-gpu-defrag``
-read the cloud the same way.
+Nothing here talks to OpenStack: ``read_servers`` and ``read_cloud`` take
+the cloud as a port from the adapter (``nova_gpu.cloud_api.Cloud``, or a
+stand-in with the same three calls), so that ``openstack gpu defrag`` and
+``nova-gpu-defrag`` read the cloud the same way:
+
+* ``servers()``: every server of all projects, each with ``id``,
+  ``host`` (its compute host), ``status`` and ``image_id`` (None when
+  booted from a volume);
+* ``allocations(server_id)``: its Placement allocations, {provider name:
+  {resource class: amount}};
+* ``image_property(image_id, key)``: a property of an image, None when
+  it has none (an error counts as unknown).
 """
 
 import dataclasses
@@ -145,35 +153,27 @@ def slot_of(kind, gpu, vgpu_type=None, mig=None):
     return None
 
 
-def read_servers(conn, hosts, providers, image_property=None):
+def read_servers(cloud, hosts, providers, image_property=None):
     """``ServerRecord`` of every server on ``hosts`` (all projects).
 
-    Allocations come from Placement (microversion 1.28), provider names
-    from one provider listing; the guest's driver branch from the image
-    property ``drivers.IMAGE_PROPERTY`` (read once per image). Returns
-    (records, problems); a server whose image names a bad branch is kept
-    but not movable, with a line saying why.
+    ``cloud``: the port of the module docstring. The guest's driver
+    branch comes from the image property ``drivers.IMAGE_PROPERTY`` (read
+    once per image). Returns (records, problems); a server whose image
+    names a bad branch is kept but not movable, with a line saying why.
     """
     key = image_property or drivers_mod.IMAGE_PROPERTY
     gpu_providers = {p['name'] for p in providers}
-    names = {rp['uuid']: rp['name'] for rp in conn.placement.get(
-        '/resource_providers', microversion='1.14').json().get(
-        'resource_providers', ())}
     images, records, problems = {}, [], []
-    for server in conn.compute.servers(details=True, all_projects=True):
-        host = getattr(server, 'compute_host', None)
+    for server in cloud.servers():
+        host = server.host
         if host not in hosts:
             continue
-        allocations = conn.placement.get(
-            '/allocations/%s' % server.id, microversion='1.28').json().get(
-            'allocations', {})
-        by_name = {names.get(uuid, uuid): a.get('resources', {})
-                   for uuid, a in allocations.items()}
+        by_name = cloud.allocations(server.id)
         if not gpu_providers & set(by_name):
             continue
         status = server.status
         try:
-            branch = _image_branch(conn, server, key, images)
+            branch = _image_branch(cloud, server.image_id, key, images)
         except exceptions.InvalidRequest as e:
             problems.append('server %s: image property %s: %s (not moved)'
                             % (server.id, key, e))
@@ -183,16 +183,12 @@ def read_servers(conn, hosts, providers, image_property=None):
     return records, problems
 
 
-def _image_branch(conn, server, key, cache):
-    image = getattr(server, 'image', None) or {}
-    image_id = image.get('id') if isinstance(image, dict) else None
+def _image_branch(cloud, image_id, key, cache):
     if not image_id:
         return None  # boot from volume: the volume's image is not read
     if image_id not in cache:
         try:
-            found = conn.image.get_image(image_id)
-            props = dict(getattr(found, 'properties', None) or {})
-            value = props.get(key, getattr(found, key, None))
+            value = cloud.image_property(image_id, key)
         except Exception:  # image gone or Glance unreachable: unknown
             value = None
         cache[image_id] = value
@@ -200,14 +196,14 @@ def _image_branch(conn, server, key, cache):
     return None if value in (None, '') else drivers_mod.parse_branch(value)
 
 
-def read_cloud(exporter, conn, catalog):
+def read_cloud(exporter, cloud, catalog):
     """Hosts, servers, driver infos and problems of the whole cloud.
 
     ``exporter``: anything with nova-gpu-exporter's reads (``hosts()``,
     ``host(name)``, ``providers()``), e.g.
-    ``nova_gpu.exporter_client.ExporterClient``.
-    Stale hosts (the exporter's ``stale``) are left out: their report may
-    not show what runs there now.
+    ``nova_gpu.exporter_client.ExporterClient``; ``cloud``: the port of
+    the module docstring. Stale hosts (the exporter's ``stale``) are left
+    out: their report may not show what runs there now.
     """
     problems = []
     names = []
@@ -220,7 +216,7 @@ def read_cloud(exporter, conn, catalog):
     hosts, infos = hosts_from_api([exporter.host(n) for n in names],
                                   catalog)
     providers = [p for p in exporter.providers() if p['host'] in hosts]
-    records, found = read_servers(conn, hosts, providers)
+    records, found = read_servers(cloud, hosts, providers)
     problems += found
     servers, found = servers_from_records(records, providers, hosts)
     return hosts, servers, infos, problems + found

@@ -60,17 +60,27 @@ every Placement provider Nova may have made for each (``left_out_providers``)::
 The scheduler knows those providers to stand for no usable GPU and drops
 the allocation candidates that use them.
 
+Optional in both versions, on a host in Fabric Manager's Shared NVSwitch
+mode (``nova_gpu.core.partitions``): its NVSwitch partitions, GPUs by
+index; ``supported`` is false for a partition Fabric Manager cannot
+activate (failed NVLinks), ``active`` true while it is activated. Absent
+(or null): whole GPUs go in any set::
+
+     "partitions": [{"id": 3, "gpus": [0, 1], "supported": true,
+                     "active": false}]
+
 Version 1 is the same without ``providers`` and ``boot_id``; each GPU has
 one ``provider`` name instead (a ``pf_mdev`` provider of class VGPU). A
 version 2 GPU entry without ``providers`` is read the same way.
 Keys this module does not know are ignored (the agent adds diagnostics
 such as ``traits`` and ``vfs``), so later versions can add fields.
 
-Every field is validated (``parse``): types, ranges, GPU indices 0..n-1
-each once, NVLink peers among them, devices and vGPU types valid for the
-GPU's model, provider names and PCI addresses unique, strings bounded. A
-bad report raises ``ReportError`` (an ``InvalidRequest``) naming the host
-and the field.
+Every field is validated (``parse``): its shape (types, ranges, strings
+bounded, PCI addresses) by the JSON Schema of ``report_schema``, and in
+code what a schema cannot say: GPU indices 0..n-1 each once, NVLink peers
+among them, devices and vGPU types valid for the GPU's model, provider
+names and PCI addresses unique. A bad report raises ``ReportError`` (an
+``InvalidRequest``) naming the host and the field.
 
 Cheap checks come first, so that what cannot be real costs little to
 refuse: the header (version, host, nodename, generation, boot_id;
@@ -95,11 +105,12 @@ import re
 
 from nova_gpu.core import drivers as drivers_mod
 from nova_gpu.core import exceptions
-from nova_gpu.core import health as health_mod
 from nova_gpu.core import host as host_mod
+from nova_gpu.core import partitions as partitions_mod
+from nova_gpu.core import report_schema
 
 VERSION = 2
-SUPPORTED_VERSIONS = (1, 2)
+SUPPORTED_VERSIONS = report_schema.SUPPORTED_VERSIONS
 
 # -- wire contract: what the agent publishes and the scheduler listens to --
 
@@ -118,6 +129,7 @@ VF_MDEV = 'vf_mdev'        # SR-IOV + mdev: one VGPU provider per VF
 PCI_POOL = 'pci_pool'      # vendor-specific VFIO VFs, pooled per PF
 PCI_DEVICE = 'pci_device'  # whole-GPU passthrough, PCI in Placement
 PROVIDER_KINDS = (PF_MDEV, VF_MDEV, PCI_POOL, PCI_DEVICE)
+assert PROVIDER_KINDS == report_schema.PROVIDER_KINDS
 VGPU_RC = 'VGPU'
 
 # One generic resource class per PCI-in-Placement path, which operators give
@@ -134,14 +146,15 @@ WHOLE_GPU_ALIAS = 'nvidia-gpu'
 
 # -- bounds: a report is untrusted input --
 
-MAX_GENERATION = 2 ** 53 - 1   # exact in JSON doubles; ms since 1970 fit
-MAX_NAME = 255                 # Placement's limit for names and classes
-MAX_GPUS = 64
-MAX_CELLS = 64
-MAX_DEVICES = 4096             # per GPU
-MAX_PROVIDERS = 512            # per GPU (a PF has at most 256 VFs)
-MAX_LIST = 512                 # vgpu_types, vfs, nvlink_peers
-MAX_QUANTITY = 2 ** 53 - 1     # cpu_milli, memory_mib
+# Per field: the schema's (report_schema), named here for callers.
+MAX_GENERATION = report_schema.MAX_GENERATION
+MAX_NAME = report_schema.MAX_NAME
+MAX_GPUS = report_schema.MAX_GPUS
+MAX_CELLS = report_schema.MAX_CELLS
+MAX_DEVICES = report_schema.MAX_DEVICES
+MAX_PROVIDERS = report_schema.MAX_PROVIDERS
+MAX_LIST = report_schema.MAX_LIST
+MAX_QUANTITY = report_schema.MAX_QUANTITY
 
 # Per report, over all its GPUs: the per-field bounds alone let one report
 # list 64 x 512 providers of 512 VFs each (16 million addresses, about
@@ -154,10 +167,6 @@ MAX_QUANTITY = 2 ** 53 - 1     # cpu_milli, memory_mib
 MAX_TOTAL_PROVIDERS = 4096     # every GPU's providers and left_out's
 MAX_TOTAL_VFS = 4096           # every pool's vfs
 MAX_TOTAL_DEVICES = 4096       # every GPU's devices
-
-_PCI_ADDRESS = re.compile(
-    r'[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]')
-_RESOURCE_CLASS = re.compile(r'[A-Z0-9_]+')
 
 
 def mdev_provider_name(nodename, address):
@@ -296,6 +305,21 @@ class _Parser:
     def fail(self, field, problem):
         raise ReportError(self.host, field, problem)
 
+    def check(self, schema):
+        """Refuse the report at the first fault ``schema`` finds."""
+        fault = report_schema.first_error(self.data, schema)
+        if fault is not None:
+            self.fail(*fault)
+
+    def bounded(self, value, path, high):
+        """An index the schema let through, within what this report
+        holds (``high``).
+        """
+        if value > high:
+            self.fail(path, 'must be in 0..%d, got %s' % (high,
+                                                          _shown(value)))
+        return value
+
     # -- typed fields --
 
     def field(self, mapping, key, path, default=dataclasses.MISSING):
@@ -317,22 +341,6 @@ class _Parser:
                       % (low, high, _shown(value)))
         return value
 
-    def string(self, value, path, allow_empty=False, pattern=None,
-               what=None):
-        if not isinstance(value, str):
-            self.fail(path, 'must be a string, got %s'
-                      % type(value).__name__)
-        if len(value) > MAX_NAME:
-            self.fail(path, 'longer than %d characters' % MAX_NAME)
-        if not value and not allow_empty:
-            self.fail(path, 'must not be empty')
-        if value and pattern is not None and not pattern.fullmatch(value):
-            self.fail(path, 'not a valid %s: %s' % (what, _shown(value)))
-        return value
-
-    def optional_string(self, value, path, **kw):
-        return None if value is None else self.string(value, path, **kw)
-
     def boolean(self, value, path):
         if not isinstance(value, bool):
             self.fail(path, 'must be true or false, got %s'
@@ -352,49 +360,39 @@ class _Parser:
                       % type(value).__name__)
         return value
 
-    def address(self, value, path, allow_empty=False):
-        return self.string(value, path, allow_empty=allow_empty,
-                           pattern=_PCI_ADDRESS, what='PCI address')
-
     # -- the report --
 
     def header(self):
         """The header fields, each checked; nothing else is read."""
         data = self.data
-        if not isinstance(data, dict):
-            self.fail('report', 'must be an object, got %s'
-                      % type(data).__name__)
-        host = data.get('host')
-        self.host = host if isinstance(host, str) else None
-        version = self.field(data, 'version', 'version')
-        if (isinstance(version, bool) or not isinstance(version, int)
-                or version not in SUPPORTED_VERSIONS):
-            self.fail('version', 'unsupported version %s (this scheduler '
-                      'reads %s)' % (_shown(version), ', '.join(
-                          map(str, SUPPORTED_VERSIONS))))
-        self.host = self.string(self.field(data, 'host', 'host'), 'host')
+        if isinstance(data, dict) and isinstance(data.get('host'), str):
+            self.host = data['host']
+        self.check(report_schema.HEADER)
         nodename = data.get('nodename')
-        nodename = (self.host if nodename is None
-                    else self.string(nodename, 'nodename'))
-        generation = self.integer(
-            self.field(data, 'generation', 'generation'), 'generation',
-            high=MAX_GENERATION)
-        boot_id = self.optional_string(data.get('boot_id'), 'boot_id')
-        return Header(version, self.host, nodename, generation, boot_id)
+        return Header(data['version'], self.host,
+                      self.host if nodename is None else nodename,
+                      data['generation'], data.get('boot_id'))
 
     def parse(self):
         header = self.header()
         data = self.data
-        raws = self.array(self.field(data, 'gpus', 'gpus'), 'gpus',
-                          MAX_GPUS)
+        self.check(report_schema.LISTS)
+        raws = data['gpus']
+        # The size first, from the lists' lengths: the schema walks every
+        # entry.
         self.size(raws, data.get('left_out'))
-        cpu = self.integer(data.get('cpu_milli', 0), 'cpu_milli')
-        memory = self.integer(data.get('memory_mib', 0), 'memory_mib')
+        fault = report_schema.report_error(data, header.version)
+        if fault is not None:
+            self.fail(*fault)
+        cpu = data.get('cpu_milli', 0)
+        memory = data.get('memory_mib', 0)
         cells = self.cells(_absent_empty(data.get('numa_cells')))
         raws = self.ordered(raws)
         gpus = [self.gpu(raw, len(raws), cells) for raw in raws]
         addresses = self.gpu_addresses(gpus)
-        host = host_mod.Host(self.host, gpus, cpu, memory, cells)
+        host = host_mod.Host(self.host, gpus, cpu, memory, cells,
+                             self.partitions(data.get('partitions'),
+                                             len(gpus)))
         providers, names, vfs = [], set(), {}
         for raw, gpu in zip(raws, gpus):
             self.devices(raw, gpu, host)
@@ -450,6 +448,39 @@ class _Parser:
             self.fail('gpus', 'more than %d %s over all GPUs (at least '
                       '%d): larger than any real host' % (bound, what, count))
 
+    def partitions(self, raw, gpu_count):
+        """The optional ``partitions`` (Shared NVSwitch mode), or None."""
+        if raw is None:
+            return None
+        raw = self.array(raw, 'partitions', partitions_mod.MAX_PARTITIONS)
+        parts = []
+        for n, entry in enumerate(raw):
+            path = 'partitions[%d]' % n
+            entry = self.mapping(entry, path)
+            pid = self.integer(self.field(entry, 'id', path + '.id'),
+                               path + '.id',
+                               high=partitions_mod.MAX_PARTITIONS - 1)
+            listed = self.array(self.field(entry, 'gpus', path + '.gpus'),
+                                path + '.gpus', MAX_GPUS)
+            gpus = set()
+            for k, i in enumerate(listed):
+                i = self.integer(i, '%s.gpus[%d]' % (path, k),
+                                 high=max(gpu_count - 1, 0))
+                if i >= gpu_count or i in gpus:
+                    self.fail('%s.gpus[%d]' % (path, k), 'GPU %d %s' % (
+                        i, 'not in the report' if i >= gpu_count
+                        else 'listed twice'))
+                gpus.add(i)
+            parts.append(partitions_mod.Partition(
+                pid, frozenset(gpus),
+                self.boolean(entry.get('supported', True),
+                             path + '.supported'),
+                self.boolean(entry.get('active', False), path + '.active')))
+        try:
+            return partitions_mod.PartitionTable(parts, gpu_count)
+        except exceptions.InvalidRequest as e:
+            self.fail('partitions', str(e))
+
     def gpu_addresses(self, gpus):
         """GPU (PF) address -> its field path; each address once."""
         seen = {}
@@ -486,13 +517,9 @@ class _Parser:
         """
         reported = {g.address for g in host.gpus}
         found, seen = [], {}
-        for n, entry in enumerate(self.array(_absent_empty(raw), 'left_out',
-                                             MAX_GPUS)):
+        for n, entry in enumerate(_absent_empty(raw)):
             path = 'left_out[%d]' % n
-            entry = self.mapping(entry, path)
-            address = self.address(self.field(entry, 'address',
-                                              path + '.address'),
-                                   path + '.address')
+            address = entry['address']
             if address in reported:
                 self.fail(path + '.address', 'GPU %s is also in gpus'
                           % address)
@@ -500,146 +527,90 @@ class _Parser:
                 self.fail(path + '.address', 'PCI address %s listed twice '
                           '(also %s)' % (address, seen[address.lower()]))
             seen[address.lower()] = path + '.address'
-            reason = self.string(self.field(entry, 'reason',
-                                            path + '.reason'),
-                                 path + '.reason')
-            providers = self.array(_absent_empty(entry.get('providers')),
-                                   path + '.providers', MAX_PROVIDERS)
+            providers = _absent_empty(entry.get('providers'))
             for i, name in enumerate(providers):
-                where = '%s.providers[%d]' % (path, i)
-                if self.string(name, where) in names:
-                    self.fail(where, 'provider %s also stands for a '
-                              'reported GPU' % _shown(name))
-            found.append(LeftOutGpu(address, reason, tuple(providers)))
+                if name in names:
+                    self.fail('%s.providers[%d]' % (path, i), 'provider %s '
+                              'also stands for a reported GPU' % _shown(name))
+            found.append(LeftOutGpu(address, entry['reason'],
+                                    tuple(providers)))
         return tuple(found)
 
     def drivers(self, raw):
         """The optional ``nvidia`` object: a ``drivers.DriverInfo``."""
         if raw is None:
             return None
-        raw = self.mapping(raw, 'nvidia')
-        version = self.string(self.field(raw, 'driver_version',
-                                         'nvidia.driver_version'),
-                              'nvidia.driver_version')
-        guest = raw.get('guest_driver_branches')
-        if guest is not None:
-            guest = self.array(guest, 'nvidia.guest_driver_branches')
-            for n, b in enumerate(guest):
-                self.string(b, 'nvidia.guest_driver_branches[%d]' % n)
-        versions = raw.get('vgpu_version_range')
-        if versions is not None:
-            versions = self.array(versions, 'nvidia.vgpu_version_range')
-            if len(versions) != 2:
-                self.fail('nvidia.vgpu_version_range', 'must be [min, max]')
-            for n, v in enumerate(versions):
-                self.integer(v, 'nvidia.vgpu_version_range[%d]' % n,
-                             high=drivers_mod.MAX_VGPU_VERSION)
         try:
-            return drivers_mod.DriverInfo.build(version, guest, versions)
+            return drivers_mod.DriverInfo.build(
+                raw['driver_version'], raw.get('guest_driver_branches'),
+                raw.get('vgpu_version_range'))
         except exceptions.InvalidRequest as e:
             self.fail('nvidia', str(e))
 
     def cells(self, raw):
-        raw = self.array(raw, 'numa_cells', MAX_CELLS)
         cells, seen = [], set()
         for n, c in enumerate(raw):
-            path = 'numa_cells[%d]' % n
-            c = self.mapping(c, path)
-            cid = self.integer(self.field(c, 'id', path + '.id'),
-                               path + '.id', high=MAX_CELLS * 16)
-            if cid in seen:
-                self.fail(path + '.id', 'NUMA cell %d listed twice' % cid)
-            seen.add(cid)
-            cells.append(host_mod.NumaCell(
-                cid,
-                self.integer(c.get('cpu_milli', 0), path + '.cpu_milli'),
-                self.integer(c.get('memory_mib', 0), path + '.memory_mib')))
+            if c['id'] in seen:
+                self.fail('numa_cells[%d].id' % n, 'NUMA cell %d listed '
+                          'twice' % c['id'])
+            seen.add(c['id'])
+            cells.append(host_mod.NumaCell(c['id'], c.get('cpu_milli', 0),
+                                           c.get('memory_mib', 0)))
         return cells
 
     def ordered(self, raws):
         """GPU entries sorted by index, indices exactly 0..n-1."""
         by_index = {}
         for n, raw in enumerate(raws):
-            raw = self.mapping(raw, 'gpus[%d]' % n)
-            index = self.integer(self.field(raw, 'index',
-                                            'gpus[%d].index' % n),
-                                 'gpus[%d].index' % n, high=len(raws) - 1)
+            path = 'gpus[%d].index' % n
+            index = self.bounded(raw['index'], path, len(raws) - 1)
             if index in by_index:
-                self.fail('gpus[%d].index' % n, 'GPU %d listed twice'
-                          % index)
+                self.fail(path, 'GPU %d listed twice' % index)
             by_index[index] = raw
         return [by_index[i] for i in range(len(raws))]
 
     def gpu(self, raw, count, cells):
         index = raw['index']
         path = 'gpus[%d]' % index
-        name = self.string(self.field(raw, 'model', path + '.model'),
-                           path + '.model')
         try:
-            model = self.catalog.model(name)
+            model = self.catalog.model(raw['model'])
         except exceptions.GpuError as e:
             self.fail(path + '.model', str(e))
         numa = raw.get('numa_node')
-        numa = 0 if numa is None else self.integer(
-            numa, path + '.numa_node', high=MAX_CELLS * 16)
+        numa = 0 if numa is None else numa
         if cells and numa not in {c.id for c in cells}:
             self.fail(path + '.numa_node', 'NUMA node %d is not among '
                       'numa_cells' % numa)
-        peers = self.array(_absent_empty(raw.get('nvlink_peers')),
-                           path + '.nvlink_peers')
+        peers = _absent_empty(raw.get('nvlink_peers'))
         for n, peer in enumerate(peers):
-            self.integer(peer, '%s.nvlink_peers[%d]' % (path, n),
-                         high=count - 1)
+            self.bounded(peer, '%s.nvlink_peers[%d]' % (path, n), count - 1)
             if peer == index:
                 self.fail(path + '.nvlink_peers', 'GPU %d is its own '
                           'NVLink peer' % index)
-        if len(set(peers)) != len(peers):
-            self.fail(path + '.nvlink_peers', 'a peer is listed twice')
-        mig = self.boolean(raw.get('mig_enabled', False),
-                           path + '.mig_enabled')
+        mig = raw.get('mig_enabled', False)
         if mig and not model.mig_capable:
             self.fail(path + '.mig_enabled', '%s does not support MIG'
                       % model.name)
         types = raw.get('vgpu_types')
-        if types is not None:
-            types = self.array(types, path + '.vgpu_types')
-            for n, t in enumerate(types):
-                self.vgpu_type(t, model, '%s.vgpu_types[%d]' % (path, n))
-            if len(set(types)) != len(types):
-                self.fail(path + '.vgpu_types', 'a type is listed twice')
-        address = raw.get('address')
+        for n, t in enumerate(types or ()):
+            self.vgpu_type(t, model, '%s.vgpu_types[%d]' % (path, n))
         gpu = host_mod.Gpu(
-            index, model,
-            address=self.address('' if address is None else address,
-                                 path + '.address', allow_empty=True),
-            numa_node=numa,
-            pcie_switch=self.optional_string(
-                raw.get('pcie_switch'), path + '.pcie_switch',
-                allow_empty=True) or None,
+            index, model, address=raw.get('address') or '',
+            numa_node=numa, pcie_switch=raw.get('pcie_switch') or None,
             nvlink_peers=peers, mig_enabled=mig, vgpu_types=types or None)
-        gpu.quarantine = self.health(raw.get('health'), path + '.health')
+        gpu.quarantine = self.health(raw.get('health'))
         return gpu
 
-    def health(self, raw, path):
+    def health(self, raw):
         """The quarantine reason of a GPU's ``health`` (core.health), or
         None. Only ``quarantined`` and ``reason`` are read; the faults
         and the evidence are for operators.
         """
-        if raw is None:
+        if raw is None or not raw.get('quarantined', False):
             return None
-        raw = self.mapping(raw, path)
-        if not self.boolean(raw.get('quarantined', False),
-                            path + '.quarantined'):
-            return None
-        reason = self.optional_string(raw.get('reason'), path + '.reason')
-        faults = self.array(_absent_empty(raw.get('faults')),
-                            path + '.faults', health_mod.MAX_FAULTS)
-        for n, fault in enumerate(faults):
-            self.mapping(fault, '%s.faults[%d]' % (path, n))
-        return reason or 'quarantined'
+        return raw.get('reason') or 'quarantined'
 
     def vgpu_type(self, value, model, path):
-        self.string(value, path)
         if value not in model.vgpu_profiles:
             self.fail(path, 'vGPU type %s is not one of %s'
                       % (_shown(value), model.name))
@@ -647,18 +618,9 @@ class _Parser:
 
     def devices(self, raw, gpu, host):
         path = 'gpus[%d].devices' % gpu.index
-        devices = self.array(_absent_empty(raw.get('devices')), path,
-                             MAX_DEVICES)
-        for n, dev in enumerate(devices):
+        for n, dev in enumerate(_absent_empty(raw.get('devices'))):
             where = '%s[%d]' % (path, n)
-            dev = self.mapping(dev, where)
-            kind = dev.get('kind')
-            if kind not in host_mod.KINDS:
-                self.fail(where + '.kind', 'must be one of %s, got %s'
-                          % (', '.join(host_mod.KINDS), _shown(kind)))
-            # instance: the Nova instance (libvirt domain UUID) holding it
-            for key in ('uuid', 'vf', 'instance'):
-                self.optional_string(dev.get(key), '%s.%s' % (where, key))
+            kind = dev['kind']
             detail = self.detail(kind, dev.get('detail'), gpu,
                                  where + '.detail')
             try:
@@ -671,13 +633,9 @@ class _Parser:
         if kind == host_mod.WHOLE:
             return None
         if kind == host_mod.SHARE:
-            return self.integer(detail, path, low=1, high=host_mod.MILLI)
+            return detail
         if kind == host_mod.VGPU:
             return self.vgpu_type(detail, gpu.model, path)
-        detail = self.array(detail, path)
-        if len(detail) != 3:
-            self.fail(path, 'must be [MIG profile, start slice, vGPU type '
-                      'or null]')
         profile, start = self.mig_slot(detail[:2], gpu, path)
         vgpu = detail[2]
         if vgpu is not None:
@@ -685,13 +643,12 @@ class _Parser:
         return (profile, start, vgpu)
 
     def mig_slot(self, pair, gpu, path):
-        profile = self.string(pair[0], path + '[0]')
+        profile, start = pair
         mig = gpu.model.mig
         if mig is None or profile not in mig.profiles:
             self.fail(path + '[0]', 'MIG profile %s is not one of %s'
                       % (_shown(profile), gpu.model.name))
-        start = self.integer(pair[1], path + '[1]',
-                             high=mig.memory_slices - 1)
+        self.bounded(start, path + '[1]', mig.memory_slices - 1)
         if start not in mig.profiles[profile].starts:
             self.fail(path + '[1]', 'MIG %s cannot start at slice %d'
                       % (profile, start))
@@ -702,49 +659,25 @@ class _Parser:
         if version == 1 or 'providers' not in raw:
             # Version 1, or a version 2 writer that knows one provider per
             # GPU: the PF's VGPU provider.
-            name = self.optional_string(raw.get('provider'),
-                                        path + '.provider')
+            name = raw.get('provider')
             if not name:
                 return []
             return [Provider(name, PF_MDEV, gpu.index, gpu.address,
                              VGPU_RC)]
-        result = []
-        entries = self.array(_absent_empty(raw.get('providers')),
-                             path + '.providers', MAX_PROVIDERS)
-        for n, entry in enumerate(entries):
-            result.append(self.provider(entry, gpu,
-                                        '%s.providers[%d]' % (path, n)))
-        return result
+        return [self.provider(entry, gpu, '%s.providers[%d]' % (path, n))
+                for n, entry in enumerate(_absent_empty(raw['providers']))]
 
     def provider(self, entry, gpu, path):
-        entry = self.mapping(entry, path)
-        name = self.string(self.field(entry, 'name', path + '.name'),
-                           path + '.name')
-        kind = self.field(entry, 'kind', path + '.kind')
-        if kind not in PROVIDER_KINDS:
-            self.fail(path + '.kind', 'must be one of %s, got %s'
-                      % (', '.join(PROVIDER_KINDS), _shown(kind)))
-        address = self.address(self.field(entry, 'address',
-                                          path + '.address'),
-                               path + '.address')
-        rc = self.string(entry.get('resource_class', VGPU_RC),
-                         path + '.resource_class', pattern=_RESOURCE_CLASS,
-                         what='resource class')
         vgpu = entry.get('vgpu_type')
         if vgpu is not None:
             self.vgpu_type(vgpu, gpu.model, path + '.vgpu_type')
-        vfs = self.array(_absent_empty(entry.get('vfs')), path + '.vfs')
-        for n, vf in enumerate(vfs):
-            self.address(vf, '%s.vfs[%d]' % (path, n))
         mig = entry.get('mig')
         if mig is not None:
-            mig = self.array(mig, path + '.mig')
-            if len(mig) != 2:
-                self.fail(path + '.mig', 'must be [MIG profile, start '
-                          'slice] or null')
             mig = self.mig_slot(mig, gpu, path + '.mig')
-        return Provider(name, kind, gpu.index, address, rc, vgpu,
-                        tuple(vfs), mig)
+        return Provider(entry['name'], entry['kind'], gpu.index,
+                        entry['address'],
+                        entry.get('resource_class', VGPU_RC), vgpu,
+                        tuple(_absent_empty(entry.get('vfs'))), mig)
 
 
 def present_devices(raw_gpu):
@@ -934,7 +867,15 @@ def host_to_dict(host, nodename=None, generation=0, providers=None,
         data['boot_id'] = boot_id
     if drivers is not None:
         data['nvidia'] = drivers_to_dict(drivers)
+    if host.partitions is not None:
+        data['partitions'] = partitions_to_list(host.partitions)
     return data
+
+
+def partitions_to_list(table):
+    """The ``partitions`` of a report from a ``PartitionTable``."""
+    return [{'id': p.id, 'gpus': sorted(p.gpus), 'supported': p.supported,
+             'active': p.active} for p in table.partitions]
 
 
 def left_out_providers(nodename, address, vfs=()):

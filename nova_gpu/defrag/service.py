@@ -15,6 +15,7 @@ import sys
 
 from oslo_log import log as logging
 
+from nova_gpu import cloud_api
 from nova_gpu.core import catalog as catalog_mod
 from nova_gpu.core import defrag
 from nova_gpu.core import exceptions as core_exceptions
@@ -45,6 +46,7 @@ class Defragmenter:
         self.options = o
         self.exporter = exporter
         self.conn = conn
+        self.cloud = cloud_api.Cloud(conn)
         self.catalog = catalog
         # Bad targets stop the service at start, naming the value.
         self.targets = ([defrag.parse_target(t) for t in o.targets]
@@ -54,7 +56,7 @@ class Defragmenter:
         """The steps of one run (empty when nothing needs moving)."""
         o = self.options
         hosts, servers, infos, problems = inventory.read_cloud(
-            self.exporter, self.conn, self.catalog)
+            self.exporter, self.cloud, self.catalog)
         for line in problems:
             LOG.warning('defrag: %s', line)
         proposal = defrag.propose_for_cloud(
@@ -62,9 +64,8 @@ class Defragmenter:
             min_gpus=o.min_gpus, max_moves=o.max_moves)
         for line in proposal.explain():
             LOG.info('defrag: %s', line)
-        mover = defrag.ComputeMover(self.conn.compute,
-                                    timeout=o.migration_timeout,
-                                    interval=o.poll_interval)
+        mover = self.cloud.nova.mover(timeout=o.migration_timeout,
+                                      interval=o.poll_interval)
         steps = defrag.Executor(mover, infos).run(proposal.moves,
                                                   dry_run=o.dry_run)
         for s in steps:
@@ -80,8 +81,7 @@ def prepare(argv):
 
 
 def connect(conf):
-    import openstack
-    return openstack.connect(cloud=conf.gpu_defrag.cloud)
+    return cloud_api.connect(conf.gpu_defrag.cloud)
 
 
 def serve(defragmenter, interval, stop):

@@ -179,11 +179,14 @@ def run(stock=False, progress=None, agents=False):
     host over RabbitMQ (the scheduler's report listener on), not from the
     harness; stock Nova reads no reports either way.
     """
+    from nova_gpu.tests.harness import agent_process
     from nova_gpu.tests.harness import cloud as cloud_mod
     start = time.monotonic()
     cloud = cloud_mod.start_cloud(
         scenario.HOSTS, nova_conf=nova_conf(stock),
-        agents=agents and not stock, scheduler_files=() if stock else None)
+        mixins=((agent_process.AgentReportsMixin,) if agents and not stock
+                else ()),
+        scheduler_files=() if stock else None)
     try:
         limit_candidates(cloud)
         conn = connect(cloud)

@@ -8,7 +8,6 @@ other host.
 """
 
 from oslo_log import log as logging
-import oslo_messaging as messaging
 
 from nova_gpu.core import notification
 from nova_gpu.core import report as report_mod
@@ -38,18 +37,9 @@ class Endpoint(listening.Endpoint):
             self.state.ingest_device(notification.parse(event_type, payload))
 
 
-class Listener:
-    def __init__(self, state, transport, topic, exchange=None,
-                 pool=POOL):
-        target = messaging.Target(topic=topic, exchange=exchange)
-        self.server = messaging.get_notification_listener(
-            transport, [target], [Endpoint(state)], executor='threading',
-            pool=pool)
-
-    def start(self):
-        self.server.start()
-        return self
-
-    def stop(self):
-        self.server.stop()
-        self.server.wait()
+def Listener(state, transport, topic, exchange=None, pool=POOL):
+    """The exporter's listener (``listening.Listener``) on ``transport``:
+    ``Endpoint`` on the report topic, in the exporter's pool.
+    """
+    return listening.Listener(None, [(topic, exchange)], [Endpoint(state)],
+                              pool=pool, transport=transport, log=LOG)

@@ -15,7 +15,6 @@ serves that on ``[gpu_exporter] listen`` (/metrics and /v1/...).
 import sys
 
 from oslo_log import log as logging
-import oslo_messaging as messaging
 import prometheus_client
 
 from nova_gpu.core import catalog as catalog_mod
@@ -25,6 +24,7 @@ from nova_gpu.exporter import cloud
 from nova_gpu.exporter import collector as collector_mod
 from nova_gpu.exporter import listener as listener_mod
 from nova_gpu.exporter import usage as usage_mod
+from nova_gpu import listening
 
 LOG = logging.getLogger(__name__)
 
@@ -53,8 +53,7 @@ class Exporter:
         self.registry.register(collector_mod.CloudCollector(
             self.state, stale_after=o.stale_after, usage=self.usage))
         self._owns_transport = transport is None
-        self.transport = transport or messaging.get_notification_transport(
-            conf)
+        self.transport = transport or listening.transport(conf)
         self.listener = listener_mod.Listener(
             self.state, self.transport, o.report_topic,
             exchange=o.report_exchange, pool=o.pool)

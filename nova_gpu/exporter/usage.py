@@ -30,6 +30,7 @@ import time
 from oslo_log import log as logging
 
 from nova_gpu import atomic_file
+from nova_gpu import cloud_api
 from nova_gpu.core import usage as usage_mod
 
 LOG = logging.getLogger(__name__)
@@ -58,17 +59,7 @@ class NovaProjects:
         try:
             if self._conn is None:
                 self._conn = self._connect()
-            compute = self._conn.compute
-            server = compute.find_server(server_id, ignore_missing=True,
-                                         all_projects=True)
-            if server is None:
-                # Deleted before it was looked up: admins read deleted
-                # servers with the "deleted" filter.
-                found = list(compute.servers(
-                    details=True, all_projects=True, deleted=True,
-                    uuid=server_id))
-                server = found[0] if found else None
-            return getattr(server, 'project_id', None) or None
+            return cloud_api.Nova(self._conn.compute).project_of(server_id)
         except Exception as e:
             self._conn = None
             now = time.monotonic()
@@ -82,8 +73,7 @@ class NovaProjects:
 
 def connect(cloud):
     """An openstacksdk connection to ``cloud`` (None: OS_* environment)."""
-    import openstack
-    return openstack.connect(cloud=cloud)
+    return cloud_api.connect(cloud)
 
 
 class UsageBook:

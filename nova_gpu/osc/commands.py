@@ -12,6 +12,8 @@ from osc_lib.cli import format_columns
 from osc_lib.command import command
 from osc_lib import exceptions
 
+from nova_gpu import cloud_api
+
 LOG = logging.getLogger(__name__)
 
 HOST_COLUMNS = (
@@ -167,12 +169,9 @@ class Capacity(command.Lister):
             # Nova needs it
             manager._auth_required = True
             manager.setup_auth()
-        conn = manager.sdk_connection
-        flavor = conn.compute.find_flavor(name, ignore_missing=False)
-        specs = getattr(flavor, 'extra_specs', None)
-        if specs is None:
-            specs = conn.compute.fetch_flavor_extra_specs(flavor).extra_specs
-        return specs or {}
+        specs, _vcpus, _ram = cloud_api.Nova(
+            manager.sdk_connection.compute).flavor(name)
+        return specs
 
 
 class ShowServer(command.ShowOne):
@@ -194,21 +193,33 @@ class ShowServer(command.ShowOne):
     def take_action(self, parsed_args):
         conn = self.app.client_manager.sdk_connection
         self._hosts = {}  # host name -> the exporter's host detail
-        server = conn.compute.find_server(parsed_args.server,
-                                          ignore_missing=False)
-        allocations = conn.placement.get(
-            '/allocations/%s' % server.id,
-            microversion='1.28').json().get('allocations', {})
-        providers = {p['name']: p for p in
-                     self.app.client_manager.gpu.providers()}
+        server = cloud_api.Nova(conn.compute).find(parsed_args.server)
+        placement = cloud_api.Placement.of(conn)
+        try:
+            allocations = placement.allocations(server.id)
+            providers = {p['name']: p for p in
+                         self.app.client_manager.gpu.providers()}
+            devices = self._devices(server.id, placement, allocations,
+                                    providers)
+        except cloud_api.ApiError as e:
+            raise exceptions.CommandError(str(e)) from e
+        flavor = server.flavor or {}
+        return (['ID', 'Name', 'Host', 'Flavor', 'GPU Devices', 'Idle'],
+                [server.id, server.name, server.host,
+                 flavor.get('original_name') or flavor.get('name') or
+                 flavor.get('id'),
+                 format_columns.ListDictColumn(devices),
+                 format_columns.ListDictColumn(self._idle(server.id))])
+
+    def _devices(self, server_id, placement, allocations, providers):
+        """One entry per GPU resource class of each allocated provider."""
         devices = []
         for rp_uuid, alloc in sorted(allocations.items()):
             resources = alloc.get('resources', {})
             if not any(rc in self.GPU_CLASSES or rc.startswith('CUSTOM_')
                        for rc in resources):
                 continue
-            name = conn.placement.get('/resource_providers/%s' % rp_uuid,
-                                      microversion='1.14').json()['name']
+            name = placement.name_of(rp_uuid)
             known = providers.get(name)
             for rc, amount in sorted(resources.items()):
                 if known is None and not rc.startswith(self.GPU_CLASSES):
@@ -216,16 +227,9 @@ class ShowServer(command.ShowOne):
                 entry = {'provider': name, 'resource_class': rc,
                          'amount': amount}
                 if known:
-                    entry.update(self._device(known, server.id))
+                    entry.update(self._device(known, server_id))
                 devices.append(entry)
-        flavor = getattr(server, 'flavor', None) or {}
-        return (['ID', 'Name', 'Host', 'Flavor', 'GPU Devices', 'Idle'],
-                [server.id, server.name, getattr(server, 'compute_host',
-                                                 None),
-                 flavor.get('original_name') or flavor.get('name') or
-                 flavor.get('id'),
-                 format_columns.ListDictColumn(devices),
-                 format_columns.ListDictColumn(self._idle(server.id))])
+        return devices
 
     def _idle(self, server_id):
         """The server's idle devices (``core.idle``: since when, peak,

@@ -6,7 +6,7 @@ and providers), the servers from Nova and their GPU allocations from
 Placement (``core.inventory.read_cloud``), asks the core what to move
 (``core.defrag.propose_for_cloud``) and, without ``--dry-run``, carries
 the moves out one at a time through Nova's compute API
-(``core.defrag.Executor`` with ``ComputeMover``), stopping at the first
+(``core.defrag.Executor`` with ``cloud_api.Nova.mover``), stopping at the first
 failure. One row per move; the plan's reasons go to stderr.
 """
 
@@ -15,6 +15,7 @@ import logging
 from osc_lib.command import command
 from osc_lib import exceptions
 
+from nova_gpu import cloud_api
 from nova_gpu.core import catalog as catalog_mod
 from nova_gpu.core import defrag
 from nova_gpu.core import exceptions as core_exceptions
@@ -84,9 +85,9 @@ class Defrag(command.Lister):
             targets = (None if not parsed_args.target else
                        [defrag.parse_target(t) for t in parsed_args.target])
             catalog = catalog_mod.load_catalog()
-            conn = self.app.client_manager.sdk_connection
+            cloud = cloud_api.Cloud(self.app.client_manager.sdk_connection)
             hosts, servers, infos, problems = inventory.read_cloud(
-                self.app.client_manager.gpu, conn, catalog)
+                self.app.client_manager.gpu, cloud, catalog)
             if not hosts:
                 raise exceptions.CommandError(
                     'nova-gpu-exporter reports no current GPU host')
@@ -100,8 +101,7 @@ class Defrag(command.Lister):
             raise exceptions.CommandError(str(e)) from e
         for line in proposal.explain():
             self.app.stderr.write(line + '\n')
-        mover = defrag.ComputeMover(conn.compute,
-                                    timeout=parsed_args.timeout)
+        mover = cloud.nova.mover(timeout=parsed_args.timeout)
         steps = defrag.Executor(mover, infos).run(
             proposal.moves, dry_run=parsed_args.dry_run)
         failed = [s for s in steps if s.status == defrag.FAILED]

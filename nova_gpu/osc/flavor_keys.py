@@ -5,7 +5,8 @@ and nova-gpu's default resource classes and aliases (``[gpu_scheduler]``
 defaults; pass ``--vgpu-resource-class`` and the alias options where a
 cloud changed them), and prints the Placement / PCI keys of
 ``core.flavor.placement_extra_specs``, set traits included, for
-``openstack flavor set --property``.
+``openstack flavor set --property``. ``--quota`` adds the GPU quota
+classes of ``core.quota.extra_specs`` (doc/source/quotas.rst).
 """
 
 from osc_lib.command import command
@@ -14,6 +15,7 @@ from osc_lib import exceptions
 from nova_gpu.core import catalog as catalog_mod
 from nova_gpu.core import exceptions as core_exceptions
 from nova_gpu.core import flavor
+from nova_gpu.core import quota
 from nova_gpu.core import report
 
 
@@ -33,6 +35,11 @@ class FlavorKeys(command.Lister):
             '--plain', action='store_true',
             help='Without set traits: for a cloud whose agents do not keep '
                  'them (stock Nova groups; slow for several devices)')
+        parser.add_argument(
+            '--quota', action='store_true',
+            help='Also the GPU quota classes (per model, GPU memory) that '
+                 'Nova\'s unified limits cap: only for clouds whose agents '
+                 'offer them ([gpu_agent] quota_inventory)')
         parser.add_argument('--vgpu-resource-class', default=report.VGPU_RC)
         parser.add_argument('--vfio-vgpu-alias',
                             default=report.VFIO_VGPU_ALIAS)
@@ -56,13 +63,15 @@ class FlavorKeys(command.Lister):
             whole_alias=parsed_args.whole_gpu_alias,
             backend=parsed_args.vgpu_backend,
             max_gpu_count=flavor.MAX_COUNT)
+        catalog = catalog_mod.load_catalog()
         try:
-            spec = flavor.parse(specs, catalog_mod.load_catalog(),
-                                names=names)
+            spec = flavor.parse(specs, catalog, names=names)
         except core_exceptions.GpuError as e:
             raise exceptions.CommandError(str(e))
         if spec is None:
             raise exceptions.CommandError('these keys ask no GPU device')
         keys = flavor.placement_extra_specs(spec, names,
                                             sets=not parsed_args.plain)
+        if parsed_args.quota:
+            keys.update(quota.extra_specs(spec, catalog))
         return ('Key', 'Value'), sorted(keys.items())

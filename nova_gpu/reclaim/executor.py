@@ -11,8 +11,10 @@ the grace period saves the server).
 
 An eviction is done when the server holds no GPU any more (its Placement
 allocations are gone): shelve-offload (shelve, then offload unless Nova's
-``shelved_offload_time`` = 0 already did) or delete. Waiting polls with
-tenacity and is cut short by ``stop`` (the service stopping).
+``shelved_offload_time`` = 0 already did) or delete. A live migration
+is done when the server is ACTIVE on its destination, by the core's rule
+(``core.defrag.CallbackMover``, which defragmentation uses too). Waiting
+polls with tenacity and is cut short by ``stop`` (the service stopping).
 """
 
 import dataclasses
@@ -23,6 +25,7 @@ import time
 from oslo_log import log as logging
 import tenacity
 
+from nova_gpu.core import defrag
 from nova_gpu.core import exceptions
 from nova_gpu.reclaim import inventory
 from nova_gpu.reclaim import notification
@@ -32,6 +35,8 @@ LOG = logging.getLogger(__name__)
 METADATA_KEY = 'nova_gpu_reclaim'
 SHELVED = 'SHELVED'
 OFFLOADED = 'SHELVED_OFFLOADED'
+# Poll interval of a live migration when ``poll_s`` is 0 (tests).
+_MIN_POLL_S = 0.01
 
 
 class StepFailed(exceptions.GpuError):
@@ -183,20 +188,36 @@ class Executor:
         if server is None or server.status != 'ACTIVE':
             raise StepFailed('server %s is not ACTIVE: not live-migrated'
                              % step.server)
+        # The core's live-migrate-then-wait (the one defragmentation
+        # uses), over this executor's compute client and stop event.
+        mover = defrag.CallbackMover(
+            self.compute.live_migrate, self._state,
+            timeout=self.timeout_s, interval=self.poll_s or _MIN_POLL_S,
+            sleep=self._sleep_or_stop)
         try:
-            self.compute.live_migrate(step.server, step.destination)
+            mover.live_migrate(step.server, step.destination)
         except Exception as e:
             raise StepFailed('live migration of server %s failed: %s'
                              % (step.server, e)) from e
-        moved = self._wait(
-            step.server, lambda s: s is None or (
-                s.status in ('ACTIVE', 'ERROR')
-                and s.host == step.destination) or s.status == 'ERROR',
-            'moved to %s' % step.destination)
-        if moved is None or moved.host != step.destination:
-            raise StepFailed('server %s did not arrive on %s'
-                             % (step.server, step.destination))
+        try:
+            mover.wait(step.server, step.destination)
+        except defrag.MigrationFailed as e:
+            raise StepFailed('server %s did not arrive on %s: %s'
+                             % (step.server, step.destination, e)) from e
         outcome.migrated.append(step.server)
+
+    def _state(self, server_id):
+        if self.stop.is_set():
+            raise StepFailed('stopped before server %s was moved'
+                             % server_id)
+        server = self.compute.server(server_id)
+        if server is None:
+            return None
+        return defrag.ServerState(server.status, server.host)
+
+    def _sleep_or_stop(self, seconds):
+        if self.stop.wait(seconds):
+            raise StepFailed('stopped while waiting for a live migration')
 
     def _wait(self, server_id, done, what):
         """The server once ``done(server)`` (None when gone)."""

@@ -9,7 +9,6 @@ logged at WARNING and dropped (``nova_gpu.listening``).
 """
 
 from oslo_log import log as logging
-import oslo_messaging as messaging
 
 from nova_gpu.core import report as report_mod
 from nova_gpu import listening
@@ -41,9 +40,11 @@ class Endpoint(listening.Endpoint):
 
 
 def listener(transport, endpoint, conf):
+    """The reclaimer's listener (``listening.Listener``) on
+    ``transport``: ``endpoint`` on the report and Nova topics.
+    """
     o = conf.gpu_reclaimer
-    targets = [messaging.Target(topic=o.report_topic,
-                                exchange=o.report_exchange),
-               messaging.Target(topic=o.nova_topic, exchange=o.nova_exchange)]
-    return messaging.get_notification_listener(
-        transport, targets, [endpoint], executor='threading', pool=o.pool)
+    return listening.Listener(
+        conf, [(o.report_topic, o.report_exchange),
+               (o.nova_topic, o.nova_exchange)], [endpoint], pool=o.pool,
+        transport=transport, log=LOG)

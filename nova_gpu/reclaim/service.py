@@ -33,6 +33,7 @@ from nova_gpu.core import catalog as catalog_mod
 from nova_gpu.core import flavor
 from nova_gpu.core import moves
 from nova_gpu import daemon
+from nova_gpu import listening
 from nova_gpu.reclaim import executor as executor_mod
 from nova_gpu.reclaim import grammar as grammar_mod
 from nova_gpu.reclaim import inventory
@@ -205,8 +206,7 @@ class ReclaimService:
 
     def start(self):
         if self._transport is None:
-            self._transport = messaging.get_notification_transport(
-                self.conf)
+            self._transport = listening.transport(self.conf)
             self._owns_transport = True
         self._listener = listener_mod.listener(
             self._transport, listener_mod.Endpoint(self.store, self.submit),
@@ -223,7 +223,6 @@ class ReclaimService:
         self._queue.put(None)
         if self._listener is not None:
             self._listener.stop()
-            self._listener.wait()
             self._listener = None
         if self._worker is not None:
             self._worker.join(timeout=10)

@@ -26,7 +26,6 @@ from oslo_log import log as oslo_logging
 
 from nova_gpu.scheduler import flavor
 from nova_gpu.scheduler import hosts as hosts_mod
-from nova_gpu.scheduler import listener
 from nova_gpu.scheduler import notifications
 from nova_gpu.scheduler import view as view_mod
 
@@ -43,11 +42,18 @@ MAX_REASONS = 20
 # weighers; it also keeps the NUMA cell usage read from the HostState).
 DECISION = 'nova_gpu_decision'
 # The decisions of each request's current pass, by RequestSpec (a
-# ``_Pass``): read by GpuWeigher (``decisions_of``) and when Nova places
-# the instance (``notify_placed``). Per request, not on the HostState:
+# ``_Pass``): read by GpuWeigher (``decisions_of``) and when Nova answers
+# NoValidHost (``claims_lost``). Per request, not on the HostState:
 # another request may filter the same HostState while Nova weighs or
 # claims for this one.
 _PASSES = weakref.WeakKeyDictionary()
+# The decisions that chose GPU sets, by RequestSpec, then instance UUID,
+# then nodename: every pass of a request (one per instance of a
+# multi-create), read when Nova has placed them (``notify_placements``).
+_CHOICES = weakref.WeakKeyDictionary()
+# Whether this process warned that GpuFilter runs without nova-gpu's
+# scheduler service (no GPU reports).
+_WARNED_UNBOUND = []
 
 
 class GpuFilter(filters.CandidateFilterMixin, filters.BaseHostFilter):
@@ -57,18 +63,27 @@ class GpuFilter(filters.CandidateFilterMixin, filters.BaseHostFilter):
     run_filter_once_per_request = False
 
     def __init__(self, view=None):
-        # Nova builds filters inside SchedulerManager.__init__; when the
-        # service starts, it gives this filter the service's view
-        # (``view.of_service``) and starts the report listener feeding it.
+        # Nova builds filters inside SchedulerManager.__init__; when
+        # nova-gpu-scheduler's service starts (``manager``), it gives this
+        # filter the service's view (``view.of_service``) and starts the
+        # report listener feeding it.
         self._view = view
         self._last_request = None
-        listener.bind_to_scheduler_service()
 
     @property
     def view(self):
         if self._view is None:
-            # Used outside a started scheduler service (tools): a view of
-            # its own, which the service adopts if it starts later.
+            # Not (yet) in a started nova-gpu-scheduler service (tools,
+            # or Nova's own nova-scheduler): a view of its own, which the
+            # service adopts if it starts later.
+            if not _WARNED_UNBOUND:
+                _WARNED_UNBOUND.append(True)
+                LOG.warning(
+                    'GpuFilter runs outside a started nova-gpu-scheduler '
+                    'service: it receives no GPU reports, so GPU flavors '
+                    'find no host and stock vGPU flavors are scheduled as '
+                    'Nova does. Run nova-gpu-scheduler in place of '
+                    'nova-scheduler (same arguments and configuration).')
             self._view = view_mod.GpuView(
                 resolver=hosts_mod.PlacementResolver())
         return self._view
@@ -90,6 +105,7 @@ class GpuFilter(filters.CandidateFilterMixin, filters.BaseHostFilter):
         chosen = {}
         record = _Pass(request.instance_uuid, chosen)
         _PASSES[spec_obj] = record
+        _CHOICES.setdefault(spec_obj, {})[request.instance_uuid] = chosen
         hosts, decisions = record.hosts, record.decisions
         check = self._check
         view = self.view
@@ -413,52 +429,64 @@ def decision_of(host_state, spec_obj):
     return decision.ranked
 
 
-def notify_placed(host_state, spec_obj, instance_uuid=None):
-    """Send ``gpu.placement.decided`` for the instance Nova just placed on
-    ``host_state`` (``SchedulerManager._consume_selected_host``, hooked by
-    ``listener.bind_to_scheduler_service``): the GPU choice is final then.
-    Nova claimed the host's candidate 0 in Placement, the candidate this
-    filter put first, whose GPU set is the decision's ``ranked``.
-
-    Once per instance and pass: the pass's decisions are dropped once
-    read. Nothing is sent when this filter made no choice there (not a
-    GPU request, no candidates from Placement, a rebuild) or when the pass
-    was another instance's. True if sent. Never raises.
+def notify_placements(spec_obj, instance_uuids, selections):
+    """Send ``gpu.placement.decided`` for each instance Nova placed:
+    ``selections`` is what ``SchedulerManager.select_destinations``
+    returned for ``spec_obj`` (per instance, in ``instance_uuids`` order,
+    a list of Selection objects, the chosen host first, or a dict with
+    ``host`` and ``nodename`` for an old conductor). Nova claimed there
+    the host's candidate 0, the candidate this filter put first. Never
+    raises; returns how many were sent.
     """
     try:
-        found = _PASSES.pop(spec_obj, None)
-        if found is None:
-            return False
-        if instance_uuid is not None and \
-                found.instance_uuid != instance_uuid:
-            return False
-        uuid = found.instance_uuid
-        decision = found.chosen.get(host_state.nodename)
-        if decision is None:
-            return False
-        if decision.ranking is not None:
-            # Candidates left for later that Nova did not read (it always
-            # reads candidate 0 before claiming): the GPU set is the one
-            # they put first.
-            candidates = host_state.allocation_candidates
-            if type(candidates) is OrderedOnRead:
-                candidates._settle()
-            if decision.ranking is not None or decision.why is not None:
-                return False
-        ranked = decision.ranked
-        flavor_obj = getattr(spec_obj, 'flavor', None)
-        # The host Nova chose (HostState.host, the compute service host the
-        # agent reports as), not ranked.choice.placement.host: hosts in
-        # the same state share one ranking, which names one of them.
-        return notifications.placed(
-            host_state.host, ranked.gpus, instance_uuid=uuid,
-            slots=ranked.choice.placement.slots,
-            request=getattr(flavor_obj, 'name', None),
-            fragmentation_delta=ranked.choice.frag_delta)
+        choices = _CHOICES.pop(spec_obj, None)
+        if not choices or not selections:
+            return 0
+        uuids = list(instance_uuids or ()) or [
+            getattr(spec_obj, 'instance_uuid', None)]
+        sent = 0
+        for uuid, selected in zip(uuids, selections):
+            if isinstance(selected, list):
+                selected = selected[0] if selected else None
+            if selected is None:
+                continue
+            if isinstance(selected, dict):
+                host, node = selected.get('host'), selected.get('nodename')
+            else:
+                host, node = selected.service_host, selected.nodename
+            sent += notify_placed(choices, uuid, host, node,
+                                  getattr(spec_obj, 'flavor', None))
+        return sent
     except Exception as e:  # a notification never breaks scheduling
-        LOG.warning('GPU placement notification of instance %s not sent: '
-                    '%s', instance_uuid, e)
+        LOG.warning('GPU placement notifications of instances %s not '
+                    'sent: %s', instance_uuids, e)
+        return 0
+
+
+def notify_placed(choices, instance_uuid, host, nodename, flavor_obj=None):
+    """Send ``gpu.placement.decided`` for ``instance_uuid``, which Nova
+    placed on ``host`` (node ``nodename``), with the GPU set the filter
+    chose there for it (``choices``: by instance UUID, then nodename).
+
+    Nothing is sent when this filter made no choice there (not a GPU
+    request, no candidates from Placement, a rebuild). True if sent.
+    """
+    decision = (choices.get(instance_uuid) or {}).get(nodename)
+    if decision is None:
         return False
+    if decision.ranking is not None or decision.why is not None:
+        # Candidates left for later that Nova did not read (it always
+        # reads candidate 0 before claiming): not this host's claim.
+        return False
+    ranked = decision.ranked
+    # The host Nova chose (the compute service host the agent reports
+    # as), not ranked.choice.placement.host: hosts in the same state
+    # share one ranking, which names one of them.
+    return notifications.placed(
+        host, ranked.gpus, instance_uuid=instance_uuid,
+        slots=ranked.choice.placement.slots,
+        request=getattr(flavor_obj, 'name', None),
+        fragmentation_delta=ranked.choice.frag_delta)
 
 
 def contained(entry, nodename, who, why):

@@ -43,6 +43,7 @@ import cachetools
 from oslo_config import cfg
 from oslo_log import log as logging
 
+from nova_gpu import cloud_api
 from nova_gpu.core import exceptions
 from nova_gpu.core import host as host_mod
 from nova_gpu.core import report as report_mod
@@ -681,30 +682,26 @@ class UnknownNode(exceptions.GpuError):
 
 
 class PlacementResolver:
-    """Provider name -> UUID through Nova's Placement report client.
+    """Provider name -> UUID through Nova's Placement report client
+    (``cloud_api.Placement.nova_report_client``; ``client``: another).
 
     Raises ``UnknownNode`` when Placement has no compute node of the
-    name; returning means it has one (``Hosts.match``).
+    name; returning means it has one (``Hosts.match``). A failed call
+    raises ``cloud_api.ApiError`` (``Hosts.resolve`` contains it).
     """
 
     def __init__(self, client=None):
         self._client = client
-
-    def _get(self, url):
-        if self._client is None:
-            from nova.scheduler.client import report
-            self._client = report.report_client_singleton()
-        resp = self._client.get(url, version='1.14')
-        if not resp:
-            raise exceptions.GpuError('GET %s: %s' % (url, resp.status_code))
-        return resp.json()['resource_providers']
+        self._placement = None
 
     def __call__(self, nodename, names):
-        roots = self._get('/resource_providers?name=%s' % nodename)
+        if self._placement is None:
+            self._placement = cloud_api.Placement.nova_report_client(
+                self._client)
+        roots = self._placement.providers(name=nodename)
         if not roots:
             raise UnknownNode('no resource provider named %s' % nodename)
-        tree = self._get('/resource_providers?in_tree=%s'
-                         % roots[0]['uuid'])
+        tree = self._placement.providers(in_tree=roots[0]['uuid'])
         wanted = set(names)
         return {rp['name']: rp['uuid'] for rp in tree
                 if rp['name'] in wanted}

@@ -23,8 +23,8 @@ The GPU filter calls, once per request after it filtered every host::
 ``reason_of(engine.why_not(...))`` turns the engine's sentence into one)
 to the number of hosts refused for it. Once per instance, when Nova has
 chosen its host and claimed there the candidate the filter put first
-(``SchedulerManager._consume_selected_host``, hooked by the listener
-module), ``filters.notify_placed`` calls::
+(what ``select_destinations`` returns, in nova-gpu-scheduler's
+``manager.GpuSchedulerManager``), ``filters.notify_placed`` calls::
 
     notifications.placed(host, gpus, instance_uuid, slots=..., request=...,
                          fragmentation_delta=...)
@@ -43,6 +43,7 @@ from oslo_log import log as logging
 import oslo_messaging as messaging
 
 from nova_gpu.core import notification
+from nova_gpu import listening
 from nova_gpu import send_queue
 
 CONF = cfg.CONF
@@ -91,7 +92,7 @@ class _Channel:
 
 
 def _build_notifier():
-    transport = messaging.get_notification_transport(CONF)
+    transport = listening.transport(CONF)
     # Not [oslo_messaging_notifications] retry (-1, forever): a broker
     # that stays down must not keep the sender from later messages; a
     # lost one only undercounts a metric.

@@ -27,7 +27,6 @@ from nova import weights as base_weights
 from oslo_config import cfg
 
 from nova_gpu.scheduler import filters
-from nova_gpu.scheduler import listener
 
 CONF = cfg.CONF
 
@@ -46,7 +45,6 @@ class _GpuWeigher(weights.BaseHostWeigher):
 
     def __init__(self):
         self._multiplier = getattr(CONF.gpu_scheduler, self.option)
-        listener.bind_to_scheduler_service()
 
     def weight_multiplier(self, host_state):
         if not host_state.aggregates:

@@ -62,10 +62,12 @@ from nova_gpu.core import catalog as catalog_mod
 from nova_gpu.core import engine as engine_mod
 from nova_gpu.core import fragmentation
 from nova_gpu.core import host as host_mod
+from nova_gpu.core import quota as quota_mod
 from nova_gpu.core import report as report_mod
 from nova_gpu.core import request as request_mod
 from nova_gpu.scheduler import flavor as flavor_mod
 from nova_gpu.scheduler import listener
+from nova_gpu.scheduler import manager as scheduler_manager
 from nova_gpu.scheduler import view as view_mod
 from nova_gpu.tests.harness import green
 from nova_gpu.tests.harness import service_conf
@@ -135,7 +137,10 @@ class GpuHost:
     type: ``preset`` (``vgpu_type`` on every VF, as an operator scripts
     it) or ``on_demand`` (no type until a guest starts: the ``qemu`` hook
     sets it, ``nova_gpu.tests.harness.qemu_hook``; ``vgpu_type`` then only says
-    how many VFs each GPU has).
+    how many VFs each GPU has). ``partitions``: an HGX host in Fabric
+    Manager's Shared NVSwitch mode, its ``core.partitions.PartitionTable``
+    (``passthrough`` only); the report marks a partition active while one
+    guest holds exactly its GPUs, as the qemu hook activates it.
     """
 
     name: str
@@ -148,6 +153,7 @@ class GpuHost:
     path: str = None
     vfs: int = None
     vf_types: str = PRESET
+    partitions: object = None
 
     def __post_init__(self):
         model = _CATALOG.model(self.model)
@@ -189,6 +195,9 @@ class GpuHost:
                              'their type on demand' % self.name)
         if not 1 <= self.gpus <= 16:
             raise ValueError('%s: 1 to 16 GPUs per host' % self.name)
+        if self.partitions is not None and path != PASSTHROUGH:
+            raise ValueError('%s: NVSwitch partitions are for whole GPUs '
+                             '(passthrough) only' % self.name)
 
     def numa_of(self, index):
         return self.numa[index] if self.numa else index * 2 // self.gpus
@@ -634,6 +643,23 @@ class GuestDevice:
     mig: tuple = None       # (MIG profile, start slice) of a MIG-backed VF
 
 
+def _partitions_held(table, raw):
+    """``table`` as a report lists it, a partition active while one guest
+    holds exactly its GPUs (the qemu hook activated it).
+    """
+    held = collections.defaultdict(set)
+    for gpu in raw:
+        for device in gpu['devices']:
+            if device.get('instance'):
+                held[device['instance']].add(gpu['index'])
+    sets = {frozenset(gpus) for gpus in held.values()}
+    listed = report_mod.partitions_to_list(table)
+    for entry in listed:
+        entry['active'] = entry['supported'] and frozenset(
+            entry['gpus']) in sets
+    return listed
+
+
 def hostdev_refs(domain_xml):
     """(mdev UUIDs, PCI addresses) a domain XML's hostdevs reference."""
     root = etree.fromstring(domain_xml.encode())
@@ -680,6 +706,9 @@ class GpuCloudTestCase(test_vgpu.VGPUTestBase):
     # mdev provider, where Nova's libvirt driver can give one mdev to two
     # concurrent builds (Nova's race, not the scheduling a test checks).
     MAX_CONCURRENT_BUILDS = None
+    # The agents' provider configs also give the GPU quota classes
+    # ([gpu_agent] quota_inventory, nova_gpu.core.quota).
+    GPU_QUOTA = False
 
     # -- nova.conf, service by service --------------------------------------
 
@@ -770,7 +799,10 @@ class GpuCloudTestCase(test_vgpu.VGPUTestBase):
     def _setup_scheduler_service(self):
         self.use_service_conf(service_conf.SCHEDULER)
         self._generations = itertools.count(1)
-        first = self.start_service('scheduler')
+        # As nova-gpu-scheduler runs it: Nova's scheduler service with
+        # nova-gpu's manager (with stock filters it acts as Nova's).
+        first = self.start_service('scheduler',
+                                   manager=scheduler_manager.MANAGER)
         self.schedulers = [first]
         # The view the first scheduler service owns (stock Nova: one fed
         # with reports that nothing reads).
@@ -780,7 +812,8 @@ class GpuCloudTestCase(test_vgpu.VGPUTestBase):
             # Nova's start_service allows one scheduler; the fixture under
             # it does not mind. Both consume the same RPC topic.
             service = self.useFixture(nova_fixtures.ServiceFixture(
-                'scheduler', host='scheduler-%d' % n)).service
+                'scheduler', host='scheduler-%d' % n,
+                manager=scheduler_manager.MANAGER)).service
             self.addCleanup(service.stop)
             self.schedulers.append(service)
             view = _own_view(service)
@@ -886,8 +919,15 @@ class GpuCloudTestCase(test_vgpu.VGPUTestBase):
             root = self._provider_config_root = self.useFixture(
                 fixtures.TempDir()).path
         directory = os.path.join(root, spec.name)
+        quota_root = None
+        if self.GPU_QUOTA:
+            model = _CATALOG.model(spec.model)
+            quota_root = provider_config.root_entry(
+                spec.name, quota_mod.host_inventory(
+                    (model, [p['kind'] for p in g['providers']])
+                    for g in gpus))
         provider_config.write_document(
-            provider_config.document_of(gpus),
+            provider_config.document_of(gpus, root=quota_root),
             os.path.join(directory, 'nova-gpu.yaml'))
         return directory
 
@@ -1047,6 +1087,9 @@ class GpuCloudTestCase(test_vgpu.VGPUTestBase):
             health = getattr(self, '_health', {}).get((hostname, i))
             if health is not None:
                 raw[-1]['health'] = health.to_dict()
+        extra = {}
+        if spec.partitions is not None:
+            extra['partitions'] = _partitions_held(spec.partitions, raw)
         return {
             'version': report_mod.VERSION, 'host': hostname,
             'nodename': hostname, 'generation': next(self._generations),
@@ -1055,7 +1098,7 @@ class GpuCloudTestCase(test_vgpu.VGPUTestBase):
             'numa_cells': [{'id': n, 'cpu_milli': info.cpus * 1000 // cells,
                             'memory_mib': info.kB_mem // 1024 // cells}
                            for n in range(cells)],
-            'gpus': raw}
+            'gpus': raw, **extra}
 
     def _provider_get(self, provider_name, what):
         """GET ``/resource_providers/<uuid>/<what>`` of a named provider;
@@ -1246,14 +1289,16 @@ class GpuCloudTestCase(test_vgpu.VGPUTestBase):
         return tuple(decision.ranked.gpus)
 
 
-def start_cloud(hosts, nova_conf=None, agents=False, scheduler_files=None):
+def start_cloud(hosts, nova_conf=None, mixins=(), scheduler_files=None):
     """Start the cloud outside a test runner; call ``.doCleanups()`` to stop.
 
     Returns the running GpuCloudTestCase: use ``create_gpu_flavor``,
     ``boot``, ``gpu_providers_of``, ``api`` and ``placement`` on it.
-    ``agents``: a real nova-gpu-agent process per GPU host reports over
-    RabbitMQ (``harness.agent_process.AgentReportsMixin``; MIG hosts are
-    still reported by the harness) instead of ``sync_gpu_reports``.
+    ``mixins``: classes put before GpuCloudTestCase, e.g.
+    ``(harness.agent_process.AgentReportsMixin,)``: a real nova-gpu-agent
+    process per GPU host reports over RabbitMQ (MIG hosts are still
+    reported by the harness) instead of ``sync_gpu_reports``. The caller
+    imports them: agent_process builds on this module, not the reverse.
     ``scheduler_files``: nova-scheduler's files (``()``: stock Nova).
     """
     attrs = {'HOSTS': tuple(hosts), 'runTest': lambda self: None}
@@ -1261,10 +1306,7 @@ def start_cloud(hosts, nova_conf=None, agents=False, scheduler_files=None):
         attrs['NOVA_CONF'] = nova_conf
     if scheduler_files is not None:
         attrs['SCHEDULER_FILES'] = tuple(scheduler_files)
-    bases = (GpuCloudTestCase,)
-    if agents:
-        from nova_gpu.tests.harness import agent_process
-        bases = (agent_process.AgentReportsMixin,) + bases
+    bases = tuple(mixins) + (GpuCloudTestCase,)
     case = type('GpuCloud', bases, attrs)()
     case.useFixture(fixtures.EnvironmentVariable('OS_TEST_TIMEOUT', '0'))
     try:

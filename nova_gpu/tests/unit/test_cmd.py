@@ -2,8 +2,10 @@
 
 Nova 34 runs its services in native threading (``nova/cmd``); nova-gpu's
 own (agent, restore, qemu hook, CLI, exporter, reclaimer, defrag) start
-from ``nova_gpu.cmd``, which sets oslo.service's threading backend and
-refuses eventlet before anything else is imported.
+from ``nova_gpu.cmd``, whose ``native_threading`` sets oslo.service's
+threading backend and refuses eventlet before anything else is imported.
+nova-gpu-scheduler runs Nova's own scheduler main, which chooses the mode
+as Nova does (``nova.monkey_patch``): threading unless asked otherwise.
 """
 
 import configparser
@@ -56,7 +58,7 @@ class NoEventletTest(testtools.TestCase):
 
     def test_a_process_running_eventlet_is_left_alone(self):
         code = ('import eventlet, sys\n'
-                'import nova_gpu.cmd as cmd\n'
+                'from nova_gpu.cmd import native_threading as cmd\n'
                 'print(cmd.forbid_eventlet())\n'
                 'import eventlet.green.socket\n')
         proc = subprocess.run([sys.executable, '-c', code],

@@ -26,9 +26,12 @@ import io
 import json
 import types
 
+from nova.tests.functional.api import client
 from nova.tests.functional.libvirt import base as libvirt_base
+from openstack import exceptions as sdk_exceptions
 import prometheus_client
 
+from nova_gpu import cloud_api
 from nova_gpu.core import catalog as catalog_mod
 from nova_gpu.core import defrag
 from nova_gpu.core import inventory
@@ -68,7 +71,7 @@ class NovaConnection:
     def __init__(self, case):
         self.case = case
         self.compute = types.SimpleNamespace(
-            servers=self.servers, find_server=self.find_server,
+            servers=self.servers, get_server=self.get_server,
             live_migrate_server=self.live_migrate_server)
         self.placement = types.SimpleNamespace(get=self.placement_get)
         self.image = types.SimpleNamespace(
@@ -86,8 +89,11 @@ class NovaConnection:
         return [self._server(s) for s in self.case.admin_api.get_servers(
             detail=details, search_opts={'all_tenants': 1})]
 
-    def find_server(self, server_id, ignore_missing=True):
-        return self._server(self.case.admin_api.get_server(server_id))
+    def get_server(self, server_id):
+        try:
+            return self._server(self.case.admin_api.get_server(server_id))
+        except client.OpenStackApiNotFoundException as e:
+            raise sdk_exceptions.NotFoundException(str(e)) from e
 
     def live_migrate_server(self, server_id, host, block_migration):
         self.case.moving_to = host
@@ -95,9 +101,11 @@ class NovaConnection:
             'os-migrateLive': {'host': host,
                                'block_migration': block_migration}})
 
-    def placement_get(self, url, microversion=None):
-        body = self.case.placement.get(url, version=microversion).body
-        return types.SimpleNamespace(json=lambda: body)
+    def placement_get(self, url, microversion=None, raise_exc=True):
+        resp = self.case.placement.get(url, version=microversion)
+        return types.SimpleNamespace(status_code=resp.status,
+                                     json=lambda: resp.body,
+                                     text=str(resp.body))
 
 
 class DefragLiveMigrationTest(libvirt_base.LibvirtMigrationMixin,
@@ -161,7 +169,7 @@ class DefragLiveMigrationTest(libvirt_base.LibvirtMigrationMixin,
 
         conn = NovaConnection(self)
         hosts, found, infos, problems = inventory.read_cloud(
-            InProcessExporter(self), conn, self.catalog)
+            InProcessExporter(self), cloud_api.Cloud(conn), self.catalog)
         self.assertEqual([], problems)
         self.assertEqual({s['id'] for s in servers.values()},
                          {s.id for s in found if s.movable})

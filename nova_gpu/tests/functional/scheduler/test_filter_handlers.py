@@ -1,6 +1,7 @@
 """GpuFilter and the weighers on real Nova HostState and RequestSpec."""
 
 import logging
+import types
 
 import fixtures
 from nova import objects
@@ -507,17 +508,29 @@ class WeigherTiesTest(FilterCase):
 
 
 class PlacedNotificationTest(FilterCase):
-    """gpu.placement.decided: sent once per instance when Nova places it
-    (SchedulerManager._consume_selected_host, hooked when GpuFilter is
-    built), with the host Nova chose and the GPUs of candidate 0.
+    """gpu.placement.decided: sent once per instance when Nova placed it
+    (from what SchedulerManager.select_destinations returns, in
+    nova-gpu-scheduler's manager), with the host Nova chose and the GPUs
+    of candidate 0.
     """
 
     def setUp(self):
         super().setUp()
-        from nova.scheduler import manager
         self.sent = self.useFixture(base.Notifications())
-        # The hooked static method, as Nova's _schedule calls it.
-        self.consume = manager.SchedulerManager._consume_selected_host
+
+    def consume(self, state, spec_obj, instance_uuid=None):
+        """As Nova: the host consumed (``_consume_selected_host``), then
+        ``select_destinations`` returns the selection, which
+        ``manager.GpuSchedulerManager`` hands to ``notify_placements``.
+        """
+        from nova.scheduler import manager
+        from nova_gpu.scheduler import filters
+        manager.SchedulerManager._consume_selected_host(
+            state, spec_obj, instance_uuid=instance_uuid)
+        selection = types.SimpleNamespace(service_host=state.host,
+                                          nodename=state.nodename)
+        return filters.notify_placements(spec_obj, [instance_uuid],
+                                         [[selection]])
 
     def request(self, name='f', **specs):
         spec_obj = super().request(**specs)

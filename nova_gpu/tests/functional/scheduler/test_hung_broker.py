@@ -4,13 +4,14 @@ neither scheduling nor the agent's cycle (issue 25, item 1).
 The node is a private one (``rabbit.PrivateRabbit``), stopped with SIGSTOP
 while GpuFilter runs through Nova's filter handler on real HostState and
 RequestSpec objects and the placement notification of Nova's
-``_consume_selected_host`` hook is sent; then it is let go (SIGCONT) and
+placement notification is sent; then it is let go (SIGCONT) and
 what was queued goes out.
 """
 
 import os
 import signal
 import time
+import types
 import uuid
 
 import fixtures
@@ -64,8 +65,12 @@ class HungBrokerTest(handlers.FilterCase):
         start = time.monotonic()
         passed = self.run_filter(states, spec_obj)
         self.assertEqual(['h1'], [s.nodename for s in passed])
-        self.assertTrue(filters.notify_placed(passed[0], spec_obj,
-                                              spec_obj.instance_uuid))
+        # What nova-gpu-scheduler's select_destinations does with Nova's
+        # selection (manager.GpuSchedulerManager).
+        selection = types.SimpleNamespace(service_host=passed[0].host,
+                                          nodename=passed[0].nodename)
+        self.assertEqual(1, filters.notify_placements(
+            spec_obj, [spec_obj.instance_uuid], [[selection]]))
         return time.monotonic() - start
 
     def wait_sent(self, at_least, timeout=60):

@@ -1,5 +1,6 @@
 """Agent reports reach the scheduler's view through a real RabbitMQ."""
 
+import logging
 import threading
 import time
 import uuid
@@ -17,6 +18,7 @@ from nova_gpu.core import catalog as catalog_mod
 from nova_gpu.core import host as host_mod
 from nova_gpu.core import report as report_mod
 from nova_gpu.scheduler import listener
+from nova_gpu.scheduler import manager as scheduler_manager
 from nova_gpu.scheduler import view as view_mod
 from nova_gpu.tests.functional.agent import rabbit
 
@@ -126,14 +128,15 @@ class SchedulerServiceLifecycleTest(nova_test.TestCase):
         # Threads other tests of this worker left running are not this
         # service's.
         before = set(threading.enumerate())
-        service = self.start_service('scheduler')
+        service = self.start_service('scheduler',
+                                     manager=scheduler_manager.MANAGER)
         found = listener.listener_of(service.manager)
         self.assertIsNotNone(found)
         self.assertTrue(found.running)
         # The listener feeds the view its scheduler service owns.
         self.view = view_mod.of_service(service.manager)
         self.assertIs(self.view, found.view)
-        server = found._server
+        server = found._server.servers[0]
         self.assertTrue(server.listener._started)
         threads = set(threading.enumerate())
 
@@ -169,5 +172,26 @@ class SchedulerServiceLifecycleTest(nova_test.TestCase):
 
     def test_no_listener_without_the_option_or_the_plugin(self):
         self.flags(report_listener=False, group='gpu_scheduler')
-        service = self.start_service('scheduler')
+        service = self.start_service('scheduler',
+                                     manager=scheduler_manager.MANAGER)
         self.assertIsNone(listener.listener_of(service.manager))
+
+    def test_plain_nova_scheduler_is_not_patched(self):
+        # Nova's own manager: nothing of Nova changed, no listener; the
+        # filter says once that it gets no GPU reports.
+        from nova.scheduler import manager as nova_manager
+        from nova_gpu.scheduler import filters
+        service = self.start_service('scheduler')
+        self.assertIs(nova_manager.SchedulerManager, type(service.manager))
+        self.assertIsNone(listener.listener_of(service.manager))
+        for name in scheduler_manager.NOVA_METHODS:
+            method = getattr(nova_manager.SchedulerManager, name)
+            self.assertFalse(method.__module__.startswith('nova_gpu'), name)
+        log = self.useFixture(fixtures.FakeLogger(level=logging.WARNING))
+        self.useFixture(fixtures.MonkeyPatch(
+            'nova_gpu.scheduler.filters._WARNED_UNBOUND', []))
+        gpu_filter = [f for f in service.manager.host_manager.enabled_filters
+                      if isinstance(f, filters.GpuFilter)][0]
+        self.assertIsNotNone(gpu_filter.view)
+        self.assertIn('GpuFilter runs outside a started nova-gpu-scheduler',
+                      log.output)

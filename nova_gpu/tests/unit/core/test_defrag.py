@@ -379,55 +379,47 @@ class StateTest(base.TestCase):
         self.assertIn('gpus[0].model', str(e))
 
 
-class FakeConn:
-    """An openstacksdk Connection's calls ``read_servers`` makes."""
+class FakeCloud:
+    """The cloud port ``read_servers`` reads (``core.inventory``)."""
 
-    def __init__(self, servers, allocations, rps, images=None):
+    def __init__(self, servers, allocations, images=None):
         self._servers = servers
-        self.allocations = allocations
-        self.rps = rps
+        self._allocations = allocations
         self.images = images or {}
-        self.compute = types.SimpleNamespace(servers=self.servers)
-        self.placement = types.SimpleNamespace(get=self.get)
-        self.image = types.SimpleNamespace(get_image=self.get_image)
 
-    def servers(self, details, all_projects):
-        assert details and all_projects
+    def servers(self):
         return self._servers
 
-    def get(self, url, microversion=None):
-        if url == '/resource_providers':
-            body = {'resource_providers': [{'uuid': u, 'name': n}
-                                           for u, n in self.rps.items()]}
-        else:
-            body = {'allocations': self.allocations.get(
-                url.rsplit('/', 1)[1], {})}
-        return types.SimpleNamespace(json=lambda: body)
+    def allocations(self, server_id):
+        return self._allocations.get(server_id, {})
 
-    def get_image(self, image_id):
-        return types.SimpleNamespace(properties=self.images[image_id])
+    def image_property(self, image_id, key):
+        return self.images[image_id].get(key)
 
 
 class ReadServersTest(base.TestCase):
 
     def test_records(self):
         def server(sid, host, image):
-            return types.SimpleNamespace(id=sid, compute_host=host,
-                                         status='ACTIVE',
-                                         image={'id': image})
-        conn = FakeConn(
+            return types.SimpleNamespace(id=sid, host=host, status='ACTIVE',
+                                         image_id=image)
+        conn = FakeCloud(
             [server('s1', 'a', 'img-550'), server('s2', 'a', 'img-bad'),
              server('s3', 'elsewhere', 'img-550'),
-             server('s4', 'a', 'img-550')],
-            {'s1': {'u0': {'resources': {'VGPU': 1}}},
-             's2': {'u0': {'resources': {'VGPU': 1}}},
-             's4': {'u-root': {'resources': {'VCPU': 1}}}},
-            {'u0': 'a_pci_0', 'u-root': 'a'},
+             server('s4', 'a', 'img-550'), server('s5', 'a', 'img-gone'),
+             server('s6', 'a', None)],
+            {'s1': {'a_pci_0': {'VGPU': 1}},
+             's2': {'a_pci_0': {'VGPU': 1}},
+             's4': {'a': {'VCPU': 1}},
+             's5': {'a_pci_0': {'VGPU': 1}},
+             's6': {'a_pci_0': {'VGPU': 1}}},
             {'img-550': {drivers.IMAGE_PROPERTY: '550'},
              'img-bad': {drivers.IMAGE_PROPERTY: 'latest'}})
         records, problems = inventory.read_servers(
             conn, {'a': None}, [{'name': 'a_pci_0'}])
-        self.assertEqual([('s1', 'ACTIVE', 'R550'), ('s2', 'UNMOVABLE', None)],
+        # s5: its image is gone (unknown branch); s6: boot from volume.
+        self.assertEqual([('s1', 'ACTIVE', 'R550'), ('s2', 'UNMOVABLE', None),
+                          ('s5', 'ACTIVE', None), ('s6', 'ACTIVE', None)],
                          [(r.id, r.status, r.driver_branch) for r in records])
         self.assertEqual({'a_pci_0': {'VGPU': 1}}, records[0].allocations)
         self.assertIn('server s2: image property', problems[0])

@@ -293,6 +293,20 @@ class DevstackPluginTest(testtools.TestCase):
         # An existing flavor is kept as it is.
         self.assertFalse([c for c in creates if c.endswith(' gpu.l40s.8c')])
 
+    def test_extra_runs_the_scheduler_as_nova_gpu_scheduler(self):
+        self.run_phases('stack post-config', 'stack extra', env={
+            'SHIM_BIN_DIR': '/opt/stack/data/venv/bin'})
+        calls = self.calls()
+        restart = ['stop_process n-sch',
+                   'run_process n-sch /opt/stack/data/venv/bin/'
+                   'nova-gpu-scheduler --config-file %s' % self.nova_conf]
+        self.assertEqual(restart, [c for c in calls if ' n-sch' in c])
+
+    def test_scheduler_left_to_devstack_without_the_plugin_scheduler(self):
+        self.run_phases('stack extra', env={
+            'NOVA_GPU_ENABLE_SCHEDULER': 'False'})
+        self.assertEqual([], [c for c in self.calls() if ' n-sch' in c])
+
     def test_bad_flavor_entry_fails_naming_it(self):
         proc = self.run_phases('stack extra', check=False, env={
             'NOVA_GPU_FLAVORS': 'ok|1|512|1|gpu:count=1 broken|4|4096'})

@@ -29,6 +29,8 @@ CATALOG = catalog_mod.load_catalog()
 
 
 class Response:
+    status_code = 200
+
     def __init__(self, body):
         self.body = body
 
@@ -56,7 +58,7 @@ class FakeConnection:
     def find_server(self, name, ignore_missing=True):
         return self.server
 
-    def placement_get(self, url, microversion=None):
+    def placement_get(self, url, microversion=None, raise_exc=True):
         if url.startswith('/allocations/'):
             return Response({'allocations': self.allocations})
         return Response({'name': self.providers[url.rsplit('/', 1)[1]]})

@@ -7,6 +7,7 @@ import io
 import json
 import types
 
+from openstack import exceptions as sdk_exceptions
 from osc_lib import exceptions
 import prometheus_client
 import testtools
@@ -52,7 +53,7 @@ class FakeNova:
         self.refuse = set(refuse)
         self.migrations = []
         self.compute = types.SimpleNamespace(
-            servers=self.servers, find_server=self.find_server,
+            servers=self.servers, get_server=self.get_server,
             live_migrate_server=self.live_migrate_server)
         self.placement = types.SimpleNamespace(get=self.placement_get)
         self.image = types.SimpleNamespace(get_image=lambda i: (
@@ -66,15 +67,17 @@ class FakeNova:
     def servers(self, details, all_projects):
         return [self._server(s) for s in sorted(self.hosts)]
 
-    def find_server(self, sid, ignore_missing=True):
-        return self._server(sid) if sid in self.hosts else None
+    def get_server(self, sid):
+        if sid not in self.hosts:
+            raise sdk_exceptions.NotFoundException('no server %s' % sid)
+        return self._server(sid)
 
     def live_migrate_server(self, sid, host, block_migration):
         self.migrations.append((sid, host, block_migration))
         if host not in self.refuse:
             self.hosts[sid] = host
 
-    def placement_get(self, url, microversion=None):
+    def placement_get(self, url, microversion=None, raise_exc=True):
         if url == '/resource_providers':
             body = {'resource_providers': [
                 {'uuid': 'rp-%s' % h, 'name': report_mod.mdev_provider_name(
@@ -83,7 +86,7 @@ class FakeNova:
             sid = url.rsplit('/', 1)[1]
             body = {'allocations': {'rp-%s' % self.hosts[sid]: {
                 'resources': {'VGPU': 1}}}}
-        return types.SimpleNamespace(json=lambda: body)
+        return types.SimpleNamespace(status_code=200, json=lambda: body)
 
 
 class DefragCommandTest(testtools.TestCase):

@@ -10,6 +10,8 @@ from nova_gpu.reclaim import compute
 
 
 class Response:
+    status_code = 200
+
     def __init__(self, body):
         self.body = body
 
@@ -50,7 +52,7 @@ class SdkComputeTest(testtools.TestCase):
         self.conn.compute.servers.return_value = [self.server]
         self.conn.compute.get_server.return_value = self.server
 
-        def get(path, microversion=None):
+        def get(path, microversion=None, raise_exc=True):
             if path.startswith('/allocations/'):
                 return Response({'allocations': {
                     'rp1': {'resources': {'VGPU': 1}}}})

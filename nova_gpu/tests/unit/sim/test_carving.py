@@ -129,8 +129,8 @@ class VerdictTest(testtools.TestCase):
 
     def outcome(self, mode, refused, pct):
         out = carving.CarvingOutcome(mode, 8, arrived=100, refused=refused,
-                              offered_gpu_hours=100.0,
-                              served_gpu_hours=pct)
+                                     offered_gpu_hours=100.0,
+                                     served_gpu_hours=pct)
         return out
 
     def test_targets(self):
