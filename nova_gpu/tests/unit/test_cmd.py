@@ -34,6 +34,11 @@ def console_scripts():
 
 class NoEventletTest(testtools.TestCase):
 
+    def test_every_entry_point_is_in_nova_gpu_cmd(self):
+        scripts = console_scripts()
+        self.assertEqual([], ['%s = %s' % item for item in sorted(
+            scripts.items()) if not item[1].startswith('nova_gpu.cmd.')])
+
     def test_services_start_in_nova_gpu_cmd(self):
         scripts = console_scripts()
         for name in SERVICES:
