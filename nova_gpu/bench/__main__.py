@@ -10,7 +10,7 @@ import sys
 import traceback
 
 MODULES = ('sim_bench', 'scheduler_cost', 'agent_bench', 'core_bench',
-           'reliability', 'carving_bench', 'economics')
+           'reliability', 'carving_bench', 'economics', 'select_destinations')
 
 
 def main(argv=None):

@@ -1,0 +1,34 @@
+"""The select_destinations bench's arguments and plan (no Nova needed)."""
+
+import unittest
+
+from nova_gpu.bench import select_destinations as bench
+
+
+class TestPlan(unittest.TestCase):
+
+    def test_quick_is_one_path_one_size(self):
+        args = bench.parse_args(['--quick'])
+        self.assertEqual([('vgpu-vf', 1000)], bench.plan(args))
+        self.assertEqual(bench.QUICK['requests'], args.requests)
+
+    def test_full_is_every_path_at_both_sizes(self):
+        args = bench.parse_args([])
+        self.assertEqual(
+            [(p, n) for n in bench.HOSTS for p in bench.PATHS],
+            bench.plan(args))
+        self.assertEqual(bench.FULL['threads'], args.threads)
+
+    def test_paths_and_hosts_given(self):
+        args = bench.parse_args(['--paths', 'vgpu-pf', '--hosts', '10',
+                                 '20', '--requests', '3'])
+        self.assertEqual([('vgpu-pf', 10), ('vgpu-pf', 20)],
+                         bench.plan(args))
+        self.assertEqual(3, args.requests)
+
+    def test_unknown_path_refused(self):
+        with self.assertRaises(SystemExit):
+            bench.parse_args(['--paths', 'pci-pool'])
+
+    def test_percentile(self):
+        self.assertEqual(9, bench._percentile(range(10), 0.9))
