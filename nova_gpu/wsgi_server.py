@@ -1,7 +1,7 @@
 """Serve a WSGI application on a port, in the background, eventlet or not.
 
 nova-gpu serves small HTTP endpoints beside its real work: the agent's
-metrics (``nova_gpu.agent.exporter``), nova-gpu-exporter's metrics and
+metrics (``nova_gpu.agent.host_metrics``), nova-gpu-exporter's metrics and
 JSON API (``nova_gpu.exporter.api``) and the demo's APIs
 (``nova_gpu.demo.serve``). They all run it the same way, here:
 

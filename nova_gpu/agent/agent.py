@@ -15,9 +15,9 @@ from nova_gpu.agent import carver as carver_mod
 from nova_gpu.agent import devices
 from nova_gpu.agent import discovery
 from nova_gpu.agent import errors
-from nova_gpu.agent import exporter as exporter_mod
 from nova_gpu.agent import fabric as fabric_mod
 from nova_gpu.agent import health as health_mod
+from nova_gpu.agent import host_metrics as exporter_mod
 from nova_gpu.agent import journal as journal_mod
 from nova_gpu.agent import libvirt_host
 from nova_gpu.agent import nvml as nvml_mod

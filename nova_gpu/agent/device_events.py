@@ -20,7 +20,7 @@ import uuid
 from oslo_log import log as logging
 import oslo_messaging as messaging
 
-from nova_gpu.agent import exporter
+from nova_gpu.agent import host_metrics as exporter
 from nova_gpu.core import notification
 from nova_gpu.core import report as report_mod
 from nova_gpu import listening

@@ -18,7 +18,7 @@ from oslo_log import log as logging
 
 from nova_gpu.agent import agent as agent_mod
 from nova_gpu.agent import device_events
-from nova_gpu.agent import exporter
+from nova_gpu.agent import host_metrics as exporter
 from nova_gpu.agent import planning
 from nova_gpu.agent import privsep
 from nova_gpu.agent import publisher as publisher_mod

@@ -61,7 +61,7 @@ def _agent(work):
     from oslo_config import cfg
 
     from nova_gpu.agent import agent as agent_mod
-    from nova_gpu.agent import exporter
+    from nova_gpu.agent import host_metrics as exporter
     from nova_gpu.agent import privsep
     from nova_gpu.agent import publisher as publisher_mod
     import nova_gpu.conf  # noqa: F401 (registers the options)

@@ -36,7 +36,7 @@ from nova_gpu.bench import reliability
 from nova_gpu.core import catalog as catalog_mod
 from nova_gpu.core import fixtures
 from nova_gpu.core import report as report_mod
-from nova_gpu.scheduler import flavor
+from nova_gpu.scheduler import gpu_spec
 from nova_gpu.scheduler import hosts as hosts_mod
 from nova_gpu.scheduler import listener
 from nova_gpu.scheduler import view as view_mod
@@ -66,9 +66,9 @@ def _catalog():
 
 def _specs(catalog):
     def spec(**specs):
-        return flavor.parse({k.replace('__', ':'): v
-                             for k, v in specs.items()}, catalog,
-                            vcpus=2, memory_mb=2048)
+        return gpu_spec.parse({k.replace('__', ':'): v
+                               for k, v in specs.items()}, catalog,
+                              vcpus=2, memory_mb=2048)
     return [
         spec(resources__VGPU='1'),
         spec(gpu__profile='A100-10C', resources__VGPU='1'),

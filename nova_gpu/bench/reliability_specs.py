@@ -30,7 +30,8 @@ from oslo_serialization import jsonutils
 
 from nova_gpu.bench import reliability
 from nova_gpu.core import exceptions
-from nova_gpu.scheduler import flavor as flavor_mod
+from nova_gpu.core import flavor as grammar
+from nova_gpu.scheduler import gpu_spec as flavor_mod
 
 PART = 'specs'
 FULL = 10000
@@ -42,7 +43,7 @@ BUDGET_S = 420
 MICROVERSION = '2.86'
 NEW_FLAVOR_EVERY = 200  # accepted specs gather on a flavor, then a new one
 
-_NAMES = tuple(k[len(flavor_mod.PREFIX):] for k in flavor_mod.KEYS)
+_NAMES = tuple(k[len(grammar.PREFIX):] for k in grammar.KEYS)
 _DIGITS = ('0123456789', '\u0660\u0661\u0662\u0663\u0664\u0665\u0666\u0667'
            '\u0668\u0669', '\u0966\u0967\u0968\u0969\u096a\u096b\u096c'
            '\u096d\u096e\u096f', '\uff10\uff11\uff12\uff13\uff14\uff15'
@@ -58,7 +59,7 @@ _JUNK = ('\x00', '\x01', '\x1c', '\x1f', '\x7f', '\x85', '\u00a0',
 _GRAMMAR = {
     'memory': re.compile(r'[0-9]+(\.[0-9]+)? ?([MGT]i?B)', re.I | re.A),
     'compute': re.compile(r'[0-9]+(\.[0-9]+)?%?', re.A),
-    'kind': re.compile('|'.join(flavor_mod.KINDS)),
+    'kind': re.compile('|'.join(grammar.KINDS)),
     'topology': re.compile(r'any|numa|nvlink'),
     'backend': re.compile(r'mdev|vfio'),
     'preemptible': re.compile(r'true|false'),
@@ -68,14 +69,14 @@ _PRINTABLE = re.compile(r'[\x20-\x7e]+')
 
 def outside_grammar(key, value):
     """Whether an accepted ``gpu:`` value breaks the documented grammar."""
-    name = key[len(flavor_mod.PREFIX):]
+    name = key[len(grammar.PREFIX):]
     if not _PRINTABLE.fullmatch(value):
         return True
     if name == 'count':
         return not (value.isascii() and value.isdigit()
                     and 1 <= int(value) <= flavor_mod.max_count())
-    grammar = _GRAMMAR.get(name)
-    return grammar is not None and not grammar.fullmatch(value)
+    pattern = _GRAMMAR.get(name)
+    return pattern is not None and not pattern.fullmatch(value)
 
 
 @dataclasses.dataclass
@@ -123,7 +124,7 @@ class Fuzzer:
         name = rng.choice(_NAMES)
         roll = rng.random()
         if roll < 0.45:
-            key = flavor_mod.PREFIX + name
+            key = grammar.PREFIX + name
         elif roll < 0.75:
             key = self._near_key(name)
         else:
@@ -191,9 +192,9 @@ class Fuzzer:
                                           '%.1fGiB' % rng.uniform(0.1, 80))),
             'compute': lambda: rng.choice(('%.2f' % rng.uniform(0.01, 1),
                                            '%d%%' % rng.randint(1, 100))),
-            'kind': lambda: rng.choice(flavor_mod.KINDS),
-            'backend': lambda: rng.choice(flavor_mod.BACKENDS),
-            'preemptible': lambda: rng.choice(flavor_mod.BOOLEANS),
+            'kind': lambda: rng.choice(grammar.KINDS),
+            'backend': lambda: rng.choice(grammar.BACKENDS),
+            'preemptible': lambda: rng.choice(grammar.BOOLEANS),
         }[name]()
 
     def _mutated(self, value):
@@ -335,10 +336,10 @@ class Run:
 
     def _check_accepted(self, key, stored):
         t = self.tally
-        if flavor_mod.near_miss(key):
+        if grammar.near_miss(key):
             t.accepted_near_miss += 1
             t.fail('near-miss key accepted', key, stored, '')
-        if not key.startswith(flavor_mod.PREFIX):
+        if not key.startswith(grammar.PREFIX):
             return
         if outside_grammar(key, stored):
             t.outside_grammar += 1

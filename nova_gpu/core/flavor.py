@@ -1,7 +1,7 @@
 """Flavor extra specs in the ``gpu:`` namespace, turned into GPU requests.
 
 This is the one place that reads the grammar: the Nova API validator
-(``scheduler.extra_specs``), the scheduler filter (``scheduler.flavor``,
+(``scheduler.extra_specs``), the scheduler filter (``scheduler.gpu_spec``,
 which adds the configuration), the reclaimer and the compute agent's qemu
 hook all call it, so a flavor the API accepts is a flavor each of them reads
 the same way. It is the core's: no OpenStack and no configuration here. What

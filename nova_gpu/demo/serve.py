@@ -316,15 +316,15 @@ class ExporterFeed:
 
         The harness has no message bus for them: Nova's fake transport
         does not reach the exporter's endpoint. The scheduler's notifier
-        (``nova_gpu.scheduler.notifications``) hands them over here, in
+        (``nova_gpu.scheduler.notifier``) hands them over here, in
         their wire form.
         """
-        from nova_gpu.scheduler import notifications
+        from nova_gpu.scheduler import notifier as notifications
         notifications.set_notifier(_EndpointNotifier(self.endpoint))
 
     @staticmethod
     def stop_listening():
-        from nova_gpu.scheduler import notifications
+        from nova_gpu.scheduler import notifier as notifications
         notifications.set_notifier(None)
 
     def tee(self, case):

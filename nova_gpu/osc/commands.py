@@ -22,7 +22,7 @@ HOST_COLUMNS = (
     ('Stranded GPUs', 'stranded_gpus'),
     ('Report Age (s)', 'report_age_seconds'), ('Stale', 'stale'))
 
-# Flavor extra specs that name a device directly (nova_gpu.scheduler.flavor
+# Flavor extra specs that name a device directly (nova_gpu.scheduler.gpu_spec
 # documents them all; gpu:memory-style flavors are resolved by the
 # scheduler, which the CLI does not run).
 PROFILE_KEY, MIG_KEY, KIND_KEY = 'gpu:profile', 'gpu:mig', 'gpu:kind'

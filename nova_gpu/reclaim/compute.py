@@ -15,7 +15,7 @@ import re
 
 from nova_gpu import cloud_api
 from nova_gpu import conf as conf_mod
-from nova_gpu.reclaim import inventory
+from nova_gpu.reclaim import planner_view as inventory
 
 CONF = conf_mod.CONF
 _GPU_KEY = re.compile(r'^(gpu:|pci_passthrough:alias$|resources[^:]*:)')

@@ -27,8 +27,8 @@ import tenacity
 
 from nova_gpu.core import defrag
 from nova_gpu.core import exceptions
-from nova_gpu.reclaim import inventory
-from nova_gpu.reclaim import notification
+from nova_gpu.reclaim import notices as notification
+from nova_gpu.reclaim import planner_view as inventory
 from nova_gpu.reclaim import reclaimer
 
 LOG = logging.getLogger(__name__)

@@ -36,9 +36,9 @@ from nova_gpu import daemon
 from nova_gpu import listening
 from nova_gpu.reclaim import executor as executor_mod
 from nova_gpu.reclaim import grammar as grammar_mod
-from nova_gpu.reclaim import inventory
 from nova_gpu.reclaim import listener as listener_mod
-from nova_gpu.reclaim import notification
+from nova_gpu.reclaim import notices as notification
+from nova_gpu.reclaim import planner_view as inventory
 from nova_gpu.reclaim import reclaimer as reclaimer_mod
 
 LOG = logging.getLogger(__name__)

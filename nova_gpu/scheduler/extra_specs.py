@@ -3,7 +3,7 @@
 Registered in the ``nova.api.extra_spec_validators`` entry point group, so
 that ``openstack flavor set --property gpu:profile=NOPE`` is refused by the
 Nova API (microversion 2.86 and later) with a 400 that names the key, the
-problem and the allowed values. The parsing is ``flavor.validate_value``
+problem and the allowed values. The parsing is ``gpu_spec.validate_value``
 (the core's grammar, ``core.flavor``, with ``[gpu_scheduler]
 max_gpu_count`` and ``[gpu] catalog_files``), the same code the scheduler
 filter uses.
@@ -22,7 +22,8 @@ from nova.api.validation.extra_specs import base
 from nova import exception
 
 from nova_gpu.core import exceptions
-from nova_gpu.scheduler import flavor
+from nova_gpu.core import flavor as grammar
+from nova_gpu.scheduler import gpu_spec
 
 _DESCRIPTIONS = {
     'profile': 'NVIDIA vGPU type (time-sliced or MIG-backed) each device '
@@ -54,7 +55,7 @@ class GpuExtraSpecValidator(base.ExtraSpecValidator):
     def validate(self, name, value):
         super().validate(name, value)
         try:
-            flavor.validate_value(name, value)
+            gpu_spec.validate_value(name, value)
         except exceptions.GpuError as e:
             raise exception.ValidationError(
                 'Validation failed; %s' % e) from None
@@ -68,7 +69,7 @@ NEAR_MISS_PATTERN = r'\s*[Gg][Pp][Uu]\s*\x3a[\s\S]*'
 def register():
     validators = [
         GpuExtraSpecValidator(
-            name=flavor.PREFIX + key,
+            name=grammar.PREFIX + key,
             description=_DESCRIPTIONS[key],
             value={'type': str, 'description': _DESCRIPTIONS[key]})
         for key in sorted(_DESCRIPTIONS)

@@ -24,9 +24,9 @@ from nova.scheduler import utils as scheduler_utils
 from oslo_config import cfg
 from oslo_log import log as oslo_logging
 
-from nova_gpu.scheduler import flavor
+from nova_gpu.scheduler import gpu_spec
 from nova_gpu.scheduler import hosts as hosts_mod
-from nova_gpu.scheduler import notifications
+from nova_gpu.scheduler import notifier as notifications
 from nova_gpu.scheduler import view as view_mod
 
 CONF = cfg.CONF
@@ -93,7 +93,7 @@ class GpuFilter(filters.CandidateFilterMixin, filters.BaseHostFilter):
             # The instance keeps the GPUs it has.
             yield from filter_obj_list
             return
-        spec = flavor.from_request_spec(spec_obj)
+        spec = gpu_spec.from_request_spec(spec_obj)
         if spec is None:
             yield from filter_obj_list
             return
@@ -139,7 +139,7 @@ class GpuFilter(filters.CandidateFilterMixin, filters.BaseHostFilter):
                      '; ...' if len(reasons) > MAX_REASONS else '')
 
     def host_passes(self, host_state, spec_obj):
-        spec = flavor.from_request_spec(spec_obj)
+        spec = gpu_spec.from_request_spec(spec_obj)
         return spec is None or self._check(
             host_state, self._request(spec_obj, spec),
             LOG.isEnabledFor(logging.DEBUG)) is None

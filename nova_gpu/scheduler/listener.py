@@ -183,5 +183,5 @@ def service_stopping(manager):
             LOG.exception('Error stopping the GPU report listener')
     # The filter's refusal notifier: nothing of the plugin's messaging
     # outlives the service.
-    from nova_gpu.scheduler import notifications
+    from nova_gpu.scheduler import notifier as notifications
     notifications.reset()

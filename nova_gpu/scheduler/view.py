@@ -31,8 +31,8 @@ from oslo_log import log as logging
 
 from nova_gpu.core import engine as engine_mod
 from nova_gpu.core import host as host_mod
-from nova_gpu.scheduler import demand as demand_mod
-from nova_gpu.scheduler import flavor
+from nova_gpu.scheduler import demand_window as demand_mod
+from nova_gpu.scheduler import gpu_spec
 from nova_gpu.scheduler import hosts as hosts_mod
 from nova_gpu.scheduler import ranking as ranking_mod
 
@@ -148,7 +148,7 @@ class GpuView:
 
     def __init__(self, catalog=None, resolver=None, clock=time.monotonic,
                  engine_weights=None, draw=random.random):
-        self.catalog = catalog or flavor.default_catalog()
+        self.catalog = catalog or gpu_spec.default_catalog()
         self.clock = clock
         # A random number in [0, 1) per decision among equally good
         # candidates (``core.engine.tie_break``): per request, host and

@@ -60,12 +60,13 @@ from nova_gpu.agent import placement as agent_placement
 from nova_gpu.agent import provider_config
 from nova_gpu.core import catalog as catalog_mod
 from nova_gpu.core import engine as engine_mod
+from nova_gpu.core import flavor as grammar
 from nova_gpu.core import fragmentation
 from nova_gpu.core import host as host_mod
 from nova_gpu.core import quota as quota_mod
 from nova_gpu.core import report as report_mod
 from nova_gpu.core import request as request_mod
-from nova_gpu.scheduler import flavor as flavor_mod
+from nova_gpu.scheduler import gpu_spec as flavor_mod
 from nova_gpu.scheduler import listener
 from nova_gpu.scheduler import manager as scheduler_manager
 from nova_gpu.scheduler import view as view_mod
@@ -1160,7 +1161,7 @@ class GpuCloudTestCase(test_vgpu.VGPUTestBase):
         ``kw``: more of ``_create_flavor``'s arguments (disk, ephemeral...).
         """
         specs = dict(extra_specs)
-        if not any(k.startswith('resources') or k == flavor_mod.ALIAS_KEY
+        if not any(k.startswith('resources') or k == grammar.ALIAS_KEY
                    for k in specs):
             parsed = flavor_mod.parse(specs, vcpus=vcpu, memory_mb=memory_mb)
             specs.update(flavor_mod.placement_extra_specs(

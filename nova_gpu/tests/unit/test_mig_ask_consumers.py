@@ -17,7 +17,7 @@ from nova_gpu.core import fixtures
 from nova_gpu.core import host as host_mod
 from nova_gpu.core import report as report_mod
 from nova_gpu.exporter import cloud
-from nova_gpu.scheduler import flavor
+from nova_gpu.scheduler import gpu_spec
 from nova_gpu.scheduler import view as view_mod
 from nova_gpu.sim import nova_modes
 from nova_gpu.sim import trace as trace_mod
@@ -40,7 +40,7 @@ def mig_backed_report(name='a100-mig'):
 def spec(**specs):
     specs = {k.replace('__', ':'): v for k, v in specs.items()}
     specs['resources:VGPU'] = '1'
-    return flavor.parse(specs, CATALOG, vcpus=2, memory_mb=2048)
+    return gpu_spec.parse(specs, CATALOG, vcpus=2, memory_mb=2048)
 
 
 class _SpecObj:

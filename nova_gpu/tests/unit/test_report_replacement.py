@@ -16,7 +16,7 @@ import testtools
 from nova_gpu import conf  # noqa: F401  (registers the options)
 from nova_gpu.core import report as report_mod
 from nova_gpu.exporter import cloud
-from nova_gpu.reclaim import inventory
+from nova_gpu.reclaim import planner_view as inventory
 from nova_gpu.scheduler import hosts as hosts_mod
 from nova_gpu.tests.unit.reclaim import fakes
 

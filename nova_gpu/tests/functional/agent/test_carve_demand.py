@@ -28,8 +28,8 @@ import nova_gpu.conf  # noqa: F401 - registers the options
 from nova_gpu.core import catalog
 from nova_gpu.core import layout as L
 from nova_gpu.core import notification
-from nova_gpu.scheduler import flavor
-from nova_gpu.scheduler import notifications
+from nova_gpu.scheduler import gpu_spec
+from nova_gpu.scheduler import notifier as notifications
 from nova_gpu.scheduler import view as view_mod
 from nova_gpu.tests.functional.agent import fakehost
 from nova_gpu.tests.functional.agent import rabbit
@@ -41,8 +41,8 @@ WINDOW = 4
 
 
 def _spec(profile):
-    return flavor.parse({'gpu:profile': profile, 'resources:VGPU': '1'},
-                        flavor.default_catalog(), vcpus=4, memory_mb=8192)
+    return gpu_spec.parse({'gpu:profile': profile, 'resources:VGPU': '1'},
+                          gpu_spec.default_catalog(), vcpus=4, memory_mb=8192)
 
 
 SMALL = _spec('A100X-1-5C')

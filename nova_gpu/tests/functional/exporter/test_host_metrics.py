@@ -14,7 +14,7 @@ from prometheus_client import parser
 
 from nova_gpu.agent import device_events
 from nova_gpu.agent import discovery
-from nova_gpu.agent import exporter
+from nova_gpu.agent import host_metrics as exporter
 from nova_gpu.core import catalog as catalog_mod
 from nova_gpu.tests.functional.agent import test_mdev
 

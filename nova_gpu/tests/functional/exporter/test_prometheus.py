@@ -27,14 +27,14 @@ from oslo_config import fixture as config_fixture
 import oslo_messaging as messaging
 import testtools
 
-from nova_gpu.agent import exporter as host_exporter
+from nova_gpu.agent import host_metrics as host_exporter
 from nova_gpu.agent import nvml as nvml_mod
 from nova_gpu.agent import publisher
 from nova_gpu.core import catalog as catalog_mod
 from nova_gpu.core import report as report_mod
 from nova_gpu.exporter import cloud
 from nova_gpu.exporter import service
-from nova_gpu.scheduler import notifications
+from nova_gpu.scheduler import notifier as notifications
 from nova_gpu import tests
 from nova_gpu.tests.functional.agent import rabbit
 from nova_gpu.tests.unit.exporter import test_cloud

@@ -20,8 +20,8 @@ from oslo_config import cfg
 from nova_gpu.reclaim import compute as compute_mod
 from nova_gpu.reclaim import events
 from nova_gpu.reclaim import executor
-from nova_gpu.reclaim import inventory
-from nova_gpu.reclaim import notification
+from nova_gpu.reclaim import notices as notification
+from nova_gpu.reclaim import planner_view as inventory
 from nova_gpu.reclaim import service as service_mod
 from nova_gpu.tests.harness import cloud
 

@@ -139,7 +139,7 @@ class FilterTest(FilterCase):
 
     def test_refusals_notified_by_reason(self):
         from nova_gpu.core import notification
-        from nova_gpu.scheduler import notifications
+        from nova_gpu.scheduler import notifier as notifications
 
         class Notifier:
             sent = []
@@ -629,7 +629,7 @@ class PlacedNotificationTest(FilterCase):
         self.assertEqual([], self.sent.placed())
 
     def test_never_raises_into_scheduling(self):
-        from nova_gpu.scheduler import notifications
+        from nova_gpu.scheduler import notifier as notifications
 
         class Broken:
             def info(self, *args):

@@ -17,7 +17,7 @@ from oslo_limit import fixture as limit_fixture
 from nova.tests.functional.api import client
 
 from nova_gpu.core import quota
-from nova_gpu.scheduler import flavor as flavor_mod
+from nova_gpu.scheduler import gpu_spec as flavor_mod
 from nova_gpu.tests.harness import cloud
 
 H100_VGPU = quota.model_class('H100-80GB', quota.VGPU)

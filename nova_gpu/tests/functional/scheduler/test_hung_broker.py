@@ -19,7 +19,7 @@ from oslo_config import cfg
 
 from nova_gpu.agent import publisher
 from nova_gpu.scheduler import filters
-from nova_gpu.scheduler import notifications
+from nova_gpu.scheduler import notifier as notifications
 from nova_gpu.tests.functional.agent import rabbit
 from nova_gpu.tests.functional.scheduler import (
     test_filter_handlers as handlers)

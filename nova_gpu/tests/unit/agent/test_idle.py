@@ -6,7 +6,7 @@ import pynvml
 import testtools
 
 from nova_gpu.agent import agent as agent_mod
-from nova_gpu.agent import exporter
+from nova_gpu.agent import host_metrics as exporter
 from nova_gpu.agent import nvml as nvml_mod
 from nova_gpu.core import idle
 from nova_gpu.tests.unit.exporter import test_host_exporter as host_test

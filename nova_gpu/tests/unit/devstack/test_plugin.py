@@ -18,7 +18,7 @@ import fixtures
 from oslo_config import cfg
 import testtools
 
-from nova_gpu.scheduler import flavor
+from nova_gpu.scheduler import gpu_spec
 from nova_gpu import tests
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -359,15 +359,15 @@ class DevstackPluginTest(testtools.TestCase):
         for entry in entries:
             name, vcpus, ram, _disk, *specs = entry.split('|')
             extra = dict(s.split('=', 1) for s in specs)
-            spec = flavor.parse(extra, vcpus=int(vcpus),
-                                memory_mb=int(ram))
+            spec = gpu_spec.parse(extra, vcpus=int(vcpus),
+                                  memory_mb=int(ram))
             self.assertIsNotNone(spec, name)
             self.assertIsNone(spec.problem, name)
 
     def test_typical_requests_parse(self):
         for item in self.settings_value('NOVA_GPU_TYPICAL_REQUESTS').split():
             extra = dict(s.split('=', 1) for s in item.split(';'))
-            self.assertIsNotNone(flavor.parse(extra), item)
+            self.assertIsNotNone(gpu_spec.parse(extra), item)
 
     def test_configured_classes_exist(self):
         names = set()

@@ -21,7 +21,7 @@ from nova_gpu.exporter import cloud
 from nova_gpu.exporter import collector
 from nova_gpu.exporter import listener
 from nova_gpu.exporter import service
-from nova_gpu.scheduler import notifications
+from nova_gpu.scheduler import notifier as notifications
 from nova_gpu.tests.unit.scheduler import base as scheduler_base
 
 CATALOG = catalog_mod.load_catalog()

@@ -11,7 +11,7 @@ import pynvml
 import testtools
 
 from nova_gpu.agent import device_events
-from nova_gpu.agent import exporter
+from nova_gpu.agent import host_metrics as exporter
 from nova_gpu.agent import nvml as nvml_mod
 from nova_gpu.core import catalog as catalog_mod
 from nova_gpu.core import host as host_mod

@@ -14,7 +14,7 @@ import subprocess
 import prometheus_client
 import testtools
 
-from nova_gpu.agent import exporter as host_exporter
+from nova_gpu.agent import host_metrics as host_exporter
 from nova_gpu.agent import nvml as nvml_mod
 from nova_gpu.core import catalog as catalog_mod
 from nova_gpu.exporter import cloud

@@ -5,7 +5,7 @@ import dataclasses
 from nova_gpu.core import catalog as catalog_mod
 from nova_gpu.core import host as host_mod
 from nova_gpu.core import report as report_mod
-from nova_gpu.reclaim import inventory
+from nova_gpu.reclaim import planner_view as inventory
 
 CATALOG = catalog_mod.load_catalog()
 T4 = CATALOG.model('T4')

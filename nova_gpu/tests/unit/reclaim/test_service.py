@@ -10,11 +10,11 @@ from nova_gpu.core import report as report_mod
 from nova_gpu.reclaim import events
 from nova_gpu.reclaim import executor
 from nova_gpu.reclaim import grammar
-from nova_gpu.reclaim import inventory
 from nova_gpu.reclaim import listener
-from nova_gpu.reclaim import notification
+from nova_gpu.reclaim import notices as notification
+from nova_gpu.reclaim import planner_view as inventory
 from nova_gpu.reclaim import service as service_mod
-from nova_gpu.scheduler import flavor
+from nova_gpu.scheduler import gpu_spec
 from nova_gpu.tests.unit.reclaim import fakes
 
 CONF = cfg.CONF
@@ -330,7 +330,7 @@ class GrammarTest(testtools.TestCase):
                       {'pci_passthrough:alias': 'gpu-pt:2'},
                       {'gpu:profile': 'A100-10C', 'hw:cpu_policy':
                        'dedicated'}):
-            expected = flavor.parse(specs, fakes.CATALOG, 4, 8192)
+            expected = gpu_spec.parse(specs, fakes.CATALOG, 4, 8192)
             self.assertEqual(expected.alternatives,
                              self.requests_of(specs, vcpus=4,
                                               memory_mb=8192), specs)

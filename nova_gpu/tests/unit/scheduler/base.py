@@ -15,7 +15,7 @@ from nova_gpu.core import catalog as catalog_mod
 from nova_gpu.core import host as host_mod
 from nova_gpu.core import notification
 from nova_gpu.core import report as report_mod
-from nova_gpu.scheduler import notifications
+from nova_gpu.scheduler import notifier as notifications
 from nova_gpu.scheduler import view as view_mod
 
 CATALOG = catalog_mod.load_catalog()
@@ -50,7 +50,7 @@ def gpu_report(nodename, model, count=4, vgpu_type=None, per_numa=2,
 
 
 class Notifications(fixtures.Fixture):
-    """Records what ``nova_gpu.scheduler.notifications`` sends, through an
+    """Records what ``nova_gpu.scheduler.notifier`` sends, through an
     oslo.messaging Notifier (its ``test`` driver), as the wire carries it.
     """
 

@@ -1,13 +1,13 @@
 """The scheduler publishes its windowed demand for the agents' planners."""
 
 from nova_gpu.core import notification
-from nova_gpu.scheduler import flavor
+from nova_gpu.scheduler import gpu_spec
 from nova_gpu.tests.unit.scheduler import base
 
 
 def spec(**specs):
-    return flavor.parse({k.replace('__', ':'): v for k, v in specs.items()},
-                        base.CATALOG)
+    return gpu_spec.parse({k.replace('__', ':'): v for k, v in specs.items()},
+                          base.CATALOG)
 
 
 SMALL = spec(gpu__profile='A100-10C', resources__VGPU='1')
@@ -72,7 +72,7 @@ class TypicalRequestsTest(base.TestCase):
 
     def test_bad_lines_are_named(self):
         from nova_gpu.core import exceptions
-        from nova_gpu.scheduler import demand
+        from nova_gpu.scheduler import demand_window as demand
         for line, problem in (
                 ('gpu:profile=A100-99C', 'unknown vGPU profile'),
                 ('gpu:count=0;gpu:kind=whole', 'gpu:count'),

@@ -10,15 +10,17 @@ from unittest import mock
 
 import fixtures
 
-from nova_gpu.scheduler import flavor
+from nova_gpu.core import flavor as grammar
+from nova_gpu.scheduler import gpu_spec
 from nova_gpu.tests.unit.scheduler import base
 
 
 class ValueTest(base.TestCase):
 
     def refused(self, key, value, *words):
-        err = self.assertRaises(flavor.ExtraSpecError, flavor.validate_value,
-                                key, value, base.CATALOG)
+        err = self.assertRaises(grammar.ExtraSpecError,
+                                gpu_spec.validate_value, key, value,
+                                base.CATALOG)
         self.assertEqual(key, err.key)
         for word in words:
             self.assertIn(word, str(err))
@@ -39,8 +41,8 @@ class ValueTest(base.TestCase):
     def test_count_bound_says_why(self):
         # 9 to 16 groups stall Placement (issue 10, item 3); up to 8 are
         # quick with the set traits (core.gpu_sets).
-        self.assertEqual(8, flavor.max_count())
-        self.assertEqual(8, flavor.validate_value('gpu:count', '8'))
+        self.assertEqual(8, gpu_spec.max_count())
+        self.assertEqual(8, gpu_spec.validate_value('gpu:count', '8'))
         for value in ('0', '9', '16', '9' * 200):
             self.refused('gpu:count', value, 'from 1 to 8', 'Placement',
                          'max_gpu_count')
@@ -49,22 +51,22 @@ class ValueTest(base.TestCase):
         # Flavors stored before the limit reach the scheduler: the filter
         # refuses them with the reason instead of serving them.
         items = tuple(sorted({'gpu:kind': 'whole', 'gpu:count': '12'}.items()))
-        spec = flavor.parse_cached(items, 2, 2048, base.CATALOG)
+        spec = gpu_spec.parse_cached(items, 2, 2048, base.CATALOG)
         self.assertEqual((), spec.alternatives)
         self.assertIn('gpu:count=12: must be an integer from 1 to 8',
                       spec.problem)
 
     def test_count_limit_raised_up_to_eight(self):
         self.set_limit(8)
-        self.assertEqual(8, flavor.validate_value('gpu:count', '8'))
+        self.assertEqual(8, gpu_spec.validate_value('gpu:count', '8'))
         self.refused('gpu:count', '9', 'from 1 to 8')
 
     def test_count_limit_never_above_eight(self):
         # Even where the option is not range-checked.
         self.useFixture(fixtures.MockPatchObject(
-            flavor, 'CONF', mock.Mock(gpu_scheduler=mock.Mock(
+            gpu_spec, 'CONF', mock.Mock(gpu_scheduler=mock.Mock(
                 max_gpu_count=16))))
-        self.assertEqual(8, flavor.max_count())
+        self.assertEqual(8, gpu_spec.max_count())
         self.refused('gpu:count', '16', 'from 1 to 8')
 
     def test_memory_that_rounds_to_nothing(self):
@@ -73,11 +75,11 @@ class ValueTest(base.TestCase):
 
     def test_memory_rounds_up_to_whole_mib(self):
         # "At least 10.1GB" must not be served by 10342 MiB.
-        self.assertEqual(10343, flavor.validate_value('gpu:memory',
-                                                      '10.1GB'))
-        self.assertEqual(2, flavor.validate_value('gpu:memory', '1.5MB'))
-        self.assertEqual(20480, flavor.validate_value('gpu:memory',
-                                                      '20 GiB'))
+        self.assertEqual(10343, gpu_spec.validate_value('gpu:memory',
+                                                        '10.1GB'))
+        self.assertEqual(2, gpu_spec.validate_value('gpu:memory', '1.5MB'))
+        self.assertEqual(20480, gpu_spec.validate_value('gpu:memory',
+                                                        '20 GiB'))
 
     def test_memory_numbers_are_ascii(self):
         for value in ('\u0661\u0666GB', '1_0GB', '+10GB', '1e3GB', 'infGB',
@@ -94,8 +96,8 @@ class ValueTest(base.TestCase):
         for value in ('\u0660.\u0665', '0_5', '+0.5', 'nan', 'inf', '1e-1',
                       ' 0.5', '50 %', '0', '0%', '0.0', '1.0000001', '101%'):
             self.refused('gpu:compute', value)
-        self.assertEqual(1, flavor.validate_value('gpu:compute', '0.0001'))
-        self.assertEqual(1000, flavor.validate_value('gpu:compute', '100%'))
+        self.assertEqual(1, gpu_spec.validate_value('gpu:compute', '0.0001'))
+        self.assertEqual(1000, gpu_spec.validate_value('gpu:compute', '100%'))
 
     def test_control_and_non_ascii_characters(self):
         for key, value in (('gpu:profile', 'A100-10C\x1c'),
@@ -114,12 +116,13 @@ class ValueTest(base.TestCase):
 
     def test_long_keys_named_in_full(self):
         key = 'gpu:' + 'x' * 251
-        err = self.assertRaises(flavor.ExtraSpecError, flavor.validate_value,
-                                key, '1', base.CATALOG)
+        err = self.assertRaises(grammar.ExtraSpecError,
+                                gpu_spec.validate_value, key, '1',
+                                base.CATALOG)
         self.assertIn(key + '=1', str(err))
 
     def test_numbers_from_json_are_checked_as_text(self):
-        self.assertEqual(2, flavor.validate_value('gpu:count', 2))
+        self.assertEqual(2, gpu_spec.validate_value('gpu:count', 2))
         self.refused('gpu:count', 2.0)
         self.refused('gpu:count', float('inf'))
         self.refused('gpu:compute', float('nan'))
@@ -136,8 +139,8 @@ class NearMissKeyTest(base.TestCase):
                            ('gpu:Count', 'gpu:count'),
                            ('gpu:count ', 'gpu:count'),
                            ('gpu:MODEL', 'gpu:model')):
-            err = self.assertRaises(flavor.ExtraSpecError,
-                                    flavor.validate_value, key, '2',
+            err = self.assertRaises(grammar.ExtraSpecError,
+                                    gpu_spec.validate_value, key, '2',
                                     base.CATALOG)
             self.assertEqual(key, err.key)
             self.assertIn(repr(key).strip("'") if key == key.strip()
@@ -145,18 +148,18 @@ class NearMissKeyTest(base.TestCase):
             self.assertIn('did you mean %s?' % meant, str(err))
 
     def test_unknown_name_in_near_namespace(self):
-        err = self.assertRaises(flavor.ExtraSpecError,
-                                flavor.validate_value, 'GPU:colour', 'red',
+        err = self.assertRaises(grammar.ExtraSpecError,
+                                gpu_spec.validate_value, 'GPU:colour', 'red',
                                 base.CATALOG)
         self.assertIn('start with exactly "gpu:"', str(err))
 
     def test_near_miss(self):
         for key in ('GPU:profile', ' gpu:count', 'gpu :x', 'gpu:Count',
                     'gpu::count', 'gpu:'):
-            self.assertTrue(flavor.near_miss(key), key)
+            self.assertTrue(grammar.near_miss(key), key)
         for key in ('gpu:count', 'gpu_count', 'gpus:count', 'hw:gpu',
                     'resources:VGPU', 'xgpu:count', 'gpu'):
-            self.assertFalse(flavor.near_miss(key), key)
+            self.assertFalse(grammar.near_miss(key), key)
 
     def test_parse_refuses_near_misses_instead_of_ignoring(self):
         # Flavors stored before the validator (or below microversion
@@ -164,20 +167,20 @@ class NearMissKeyTest(base.TestCase):
         # flavors, silently serving another type than asked.
         for key in ('GPU:profile', ' gpu:profile', 'gpu :profile',
                     'gpu:Profile'):
-            err = self.assertRaises(flavor.ExtraSpecError, flavor.parse,
+            err = self.assertRaises(grammar.ExtraSpecError, gpu_spec.parse,
                                     {key: 'A100-10C',
                                      'resources:VGPU': '1'}, base.CATALOG)
             self.assertIn('did you mean gpu:profile?', str(err))
-            spec = flavor.parse_cached(
+            spec = gpu_spec.parse_cached(
                 ((key, 'A100-10C'), ('resources:VGPU', '1')), 2, 2048,
                 base.CATALOG)
             self.assertIn('gpu:profile', spec.problem)
             self.assertEqual((), spec.alternatives)
 
     def test_other_namespaces_untouched(self):
-        spec = flavor.parse({'gpu_model': 'a100', 'resources:VGPU': '1',
-                             'aggregate_instance_extra_specs:gpu': 'yes'},
-                            base.CATALOG)
+        spec = gpu_spec.parse({'gpu_model': 'a100', 'resources:VGPU': '1',
+                               'aggregate_instance_extra_specs:gpu': 'yes'},
+                              base.CATALOG)
         self.assertFalse(spec.explicit)
 
 
@@ -187,20 +190,20 @@ class MultiGpuPlacementTest(base.TestCase):
         # Whole GPUs are PCI devices in Placement (Nova publishes no PGPU):
         # Nova turns the alias count into one request group per device,
         # and each GPU is a provider of one, so 4 groups land on 4 GPUs.
-        spec = flavor.parse({'gpu:kind': 'whole', 'gpu:count': '4'},
-                            base.CATALOG)
+        spec = gpu_spec.parse({'gpu:kind': 'whole', 'gpu:count': '4'},
+                              base.CATALOG)
         self.assertEqual({'pci_passthrough:alias': ','.join(
             'nvidia-gpu-set4-%d:1' % k for k in range(4))},
-            flavor.placement_extra_specs(spec))
-        spec = flavor.parse({'gpu:kind': 'whole'}, base.CATALOG)
+            gpu_spec.placement_extra_specs(spec))
+        spec = gpu_spec.parse({'gpu:kind': 'whole'}, base.CATALOG)
         self.assertEqual({'pci_passthrough:alias': 'nvidia-gpu:1'},
-                         flavor.placement_extra_specs(spec))
+                         gpu_spec.placement_extra_specs(spec))
 
     def test_whole_alias_count_matches_the_count(self):
         specs = {'gpu:kind': 'whole', 'gpu:count': '2',
                  'pci_passthrough:alias': 'nvidia-gpu:2'}
-        spec = flavor.parse(specs, base.CATALOG)
+        spec = gpu_spec.parse(specs, base.CATALOG)
         self.assertIsNone(spec.problem)
         self.assertEqual((2, 2), (spec.units, spec.groups))
         self.assertEqual('CUSTOM_NVIDIA_GPU', spec.resource_class)
-        self.assertEqual(flavor.PATH_PASSTHROUGH, spec.path)
+        self.assertEqual(grammar.PATH_PASSTHROUGH, spec.path)

@@ -17,8 +17,8 @@ import oslo_messaging as messaging
 import testtools
 
 from nova_gpu.core import notification
-from nova_gpu.scheduler import flavor
-from nova_gpu.scheduler import notifications
+from nova_gpu.scheduler import gpu_spec
+from nova_gpu.scheduler import notifier as notifications
 from nova_gpu.scheduler import view as view_mod
 from nova_gpu import tests
 from nova_gpu.tests.unit.scheduler import base
@@ -127,8 +127,8 @@ class HungBrokerTest(SenderCase):
         self.conf.set_override('demand_refresh_interval', 1, 'gpu_scheduler')
         now = [1000.0]
         view = view_mod.GpuView(base.CATALOG, clock=lambda: now[0])
-        spec = flavor.parse({'gpu:profile': 'A100-10C',
-                             'resources:VGPU': '1'}, base.CATALOG)
+        spec = gpu_spec.parse({'gpu:profile': 'A100-10C',
+                               'resources:VGPU': '1'}, base.CATALOG)
         self.hang()
         slowest = 0.0
         for _ in range(5):
@@ -233,7 +233,7 @@ SCRIPT = textwrap.dedent('''
     from oslo_config import cfg
     import oslo_messaging as messaging
     import nova_gpu.conf
-    from nova_gpu.scheduler import notifications
+    from nova_gpu.scheduler import notifier as notifications
 
     cfg.CONF([], project='nova-gpu-test')
     release = threading.Event()   # a green one: the process is patched

@@ -13,7 +13,7 @@ import random
 import fixtures
 
 from nova_gpu.core import report as report_mod
-from nova_gpu.scheduler import flavor
+from nova_gpu.scheduler import gpu_spec
 from nova_gpu.scheduler import view as view_mod
 from nova_gpu.tests.unit.scheduler import base
 
@@ -21,8 +21,8 @@ FUNCTIONS = (4, 5, 6, 7)  # four VFs per GPU: A100-10C, four per GPU
 
 
 def spec(**specs):
-    return flavor.parse({k.replace('__', ':'): v for k, v in specs.items()},
-                        base.CATALOG, vcpus=4, memory_mb=8192)
+    return gpu_spec.parse({k.replace('__', ':'): v for k, v in specs.items()},
+                          base.CATALOG, vcpus=4, memory_mb=8192)
 
 
 STOCK = spec(resources__VGPU='1')

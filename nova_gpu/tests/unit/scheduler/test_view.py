@@ -4,14 +4,14 @@ import fixtures
 
 from nova_gpu.bench import reliability_reports
 from nova_gpu.core import report as report_mod
-from nova_gpu.scheduler import flavor
+from nova_gpu.scheduler import gpu_spec
 from nova_gpu.scheduler import listener
 from nova_gpu.tests.unit.scheduler import base
 
 
 def spec(**specs):
-    return flavor.parse({k.replace('__', ':'): v for k, v in specs.items()},
-                        base.CATALOG, vcpus=4, memory_mb=8192)
+    return gpu_spec.parse({k.replace('__', ':'): v for k, v in specs.items()},
+                          base.CATALOG, vcpus=4, memory_mb=8192)
 
 
 STOCK = spec(resources__VGPU='1')

@@ -4,10 +4,10 @@ The grammar itself (the keys, their values, the paths, the requests a
 flavor makes) is the core's: ``nova_gpu.core.flavor``, documented there.
 This module adds what comes from ``nova.conf`` and Nova: the catalog of
 ``[gpu] catalog_files``, the ``[gpu_scheduler]`` names (``PathNames.
-from_conf``) and ``gpu:count`` limit, and the GpuSpec of a Nova
+from_conf``) and ``gpu:count`` limit, and the grammar.GpuSpec of a Nova
 RequestSpec, memoised for the filter. The API validator
 (``extra_specs``), the filters, the view and the tools call it; the names
-of the core module are re-exported here for them.
+of the grammar are the core module's, imported from there.
 """
 
 import functools
@@ -22,26 +22,6 @@ from nova_gpu.core import flavor as grammar
 
 CONF = cfg.CONF
 LOG = logging.getLogger(__name__)
-
-# The grammar's names, as the scheduler's modules and the tools use them.
-PREFIX = grammar.PREFIX
-KEYS = grammar.KEYS
-KINDS = grammar.KINDS
-BACKENDS = grammar.BACKENDS
-BOOLEANS = grammar.BOOLEANS
-PREEMPTIBLE = grammar.PREEMPTIBLE
-ALIAS_KEY = grammar.ALIAS_KEY
-PATH_MDEV = grammar.PATH_MDEV
-PATH_VFIO = grammar.PATH_VFIO
-PATH_PASSTHROUGH = grammar.PATH_PASSTHROUGH
-PATHS = grammar.PATHS
-MAX_COUNT = grammar.MAX_COUNT
-ExtraSpecError = grammar.ExtraSpecError
-GpuSpec = grammar.GpuSpec
-alias_counts = grammar.alias_counts
-near_miss = grammar.near_miss
-placement_units = grammar.placement_units
-preemptible = grammar.preemptible
 
 
 class PathNames(grammar.PathNames):
@@ -64,7 +44,7 @@ def default_catalog():
 
 def max_count():
     """The ``gpu:count`` limit: ``[gpu_scheduler] max_gpu_count``, at most
-    ``MAX_COUNT``.
+    ``grammar.MAX_COUNT``.
     """
     return grammar.max_count(CONF.gpu_scheduler.max_gpu_count)
 
@@ -97,7 +77,7 @@ def parse(extra_specs, catalog=None, vcpus=0, memory_mb=0,
 
 
 def from_request_spec(spec_obj, catalog=None):
-    """GpuSpec of a Nova RequestSpec (None: no GPU asked)."""
+    """grammar.GpuSpec of a Nova RequestSpec (None: no GPU asked)."""
     flavor = spec_obj.flavor
     return parse_cached(tuple(sorted((flavor.extra_specs or {}).items())),
                         flavor.vcpus, flavor.memory_mb, catalog)
@@ -115,7 +95,7 @@ def _parse_cached(items, vcpus, memory_mb, catalog, names):
     except exceptions.GpuError as e:
         # Flavors created before the validator was enabled can still
         # carry bad values; the filter reports them per request.
-        return GpuSpec((), True, False, 0, 0, names.vgpu_rc, str(e))
+        return grammar.GpuSpec((), True, False, 0, 0, names.vgpu_rc, str(e))
 
 
 def _flavor_keys(items):

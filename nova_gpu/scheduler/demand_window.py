@@ -27,8 +27,8 @@ from nova_gpu.core import fragmentation
 from nova_gpu.core import host as host_mod
 from nova_gpu.core import notification
 from nova_gpu.core import request as request_mod
-from nova_gpu.scheduler import flavor
-from nova_gpu.scheduler import notifications
+from nova_gpu.scheduler import gpu_spec
+from nova_gpu.scheduler import notifier as notifications
 
 CONF = cfg.CONF
 
@@ -141,7 +141,7 @@ def typical_requests(catalog):
         specs = dict(part.strip().split('=', 1) for part in line.split(';')
                      if '=' in part)
         try:
-            spec = flavor.parse(specs, catalog)
+            spec = gpu_spec.parse(specs, catalog)
         except exceptions.InvalidRequest as e:
             raise exceptions.InvalidRequest(
                 '[gpu_scheduler] typical_requests: %r: %s' % (line, e)
