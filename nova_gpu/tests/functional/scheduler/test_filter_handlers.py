@@ -525,6 +525,10 @@ class PlacedNotificationTest(FilterCase):
         """
         from nova.scheduler import manager
         from nova_gpu.scheduler import filters
+        if state.allocation_candidates:
+            # Nova claims candidate 0 (SchedulerManager._schedule), which
+            # reads it first.
+            state.allocation_candidates[0]
         manager.SchedulerManager._consume_selected_host(
             state, spec_obj, instance_uuid=instance_uuid)
         selection = types.SimpleNamespace(service_host=state.host,
