@@ -147,7 +147,7 @@ def _distinct_gpus(case, server):
 
 
 def _flavor(case, keys, count, sets):
-    from nova_gpu.scheduler import flavor as flavor_mod
+    from nova_gpu.scheduler import gpu_spec as flavor_mod
     specs = dict(keys, **{'gpu:count': str(count)})
     parsed = flavor_mod.parse(specs, vcpus=1, memory_mb=512)
     specs.update(flavor_mod.placement_extra_specs(parsed, sets=sets))

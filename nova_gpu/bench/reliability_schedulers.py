@@ -192,7 +192,7 @@ def _kept(manager, spec_obj, nodename, candidates):
     """The candidates GpuFilter would keep on ``nodename`` (no claim
     counted, nothing left on Nova's HostState).
     """
-    from nova_gpu.scheduler import flavor
+    from nova_gpu.scheduler import gpu_spec as flavor
     from nova_gpu.scheduler import view as view_mod
     spec = flavor.from_request_spec(spec_obj)
     if spec is None:

@@ -150,7 +150,7 @@ def _ours(n, objects, host_manager, view_mod, report_mod):
     used = sum(s.size_diff for s in
                tracemalloc.take_snapshot().compare_to(base, 'filename'))
     tracemalloc.stop()
-    from nova_gpu.scheduler import flavor as flavor_mod
+    from nova_gpu.scheduler import gpu_spec as flavor_mod
     # The Placement side of the flavor as an operator writes it today
     # (a whole GPU is a PCI in Placement device: pci_passthrough:alias).
     gpu_specs = {'gpu:kind': 'whole', 'gpu:count': '4'}

@@ -427,7 +427,7 @@ class Bench:
         from nova.scheduler import manager as nova_manager
         from oslo_config import cfg
 
-        from nova_gpu.scheduler import flavor as flavor_mod
+        from nova_gpu.scheduler import gpu_spec as flavor_mod
         from nova_gpu.scheduler import manager as gpu_manager
         from nova_gpu.scheduler import view as view_mod
 

@@ -226,7 +226,7 @@ def _create_aggregates(conn):
 
 
 def _create_flavors(conn, sets=True):
-    from nova_gpu.scheduler import flavor as flavor_mod
+    from nova_gpu.scheduler import gpu_spec as flavor_mod
     ids = {}
     for f in scenario.FLAVORS:
         specs = dict(f.extra_specs)
@@ -321,7 +321,7 @@ def _hostdevs(cloud, servers):
 def _demand():
     """The scenario's requests as the fragmentation measure's demand."""
     from nova_gpu.core import fragmentation
-    from nova_gpu.scheduler import flavor as flavor_mod
+    from nova_gpu.scheduler import gpu_spec as flavor_mod
     flavors = scenario.flavors_by_name()
     reqs = []
     for _name, flavor_name in scenario.requests():
@@ -334,7 +334,7 @@ def _host_use(cloud):
     from nova_gpu.core import fragmentation
     from nova_gpu.core import host as host_mod
     from nova_gpu.core import report as report_mod
-    from nova_gpu.scheduler import flavor as flavor_mod
+    from nova_gpu.scheduler import gpu_spec as flavor_mod
     catalog = flavor_mod.default_catalog()
     demand = _demand()
     result = []

@@ -293,7 +293,7 @@ class ExporterFeed:
         from nova_gpu.exporter import cloud as exporter_cloud
         from nova_gpu.exporter import collector
         from nova_gpu.exporter import listener
-        from nova_gpu.scheduler import flavor as flavor_mod
+        from nova_gpu.scheduler import gpu_spec as flavor_mod
         opts = nova_gpu.conf.CONF.gpu_exporter
         self.state = exporter_cloud.CloudState(
             flavor_mod.default_catalog(),
