@@ -76,6 +76,19 @@ for unit in devstack@n-sch devstack@n-super-cond devstack@n-cond-cell1 \
     fi
 done
 
+# The plugin runs devstack's n-sch as nova-gpu-scheduler (Nova's scheduler
+# main with nova-gpu's manager), which starts the GPU report listener.
+if systemctl cat devstack@n-sch 2>/dev/null | grep -q '^ExecStart.*nova-gpu-scheduler '; then
+    pass "devstack@n-sch runs nova-gpu-scheduler"
+else
+    fail "devstack@n-sch does not run nova-gpu-scheduler"
+fi
+if journalctl -u devstack@n-sch --no-pager -o cat | grep -q 'Listening for GPU reports'; then
+    pass "nova-gpu-scheduler listens for GPU reports"
+else
+    fail "nova-gpu-scheduler's journal has no 'Listening for GPU reports'"
+fi
+
 echo "--- configuration the plugin wrote"
 nova_conf=/etc/nova/nova.conf
 filters=$(crudini --get "$nova_conf" filter_scheduler enabled_filters 2>/dev/null ||
