@@ -833,6 +833,14 @@ class GpuCloudTestCase(test_vgpu.VGPUTestBase):
                 _ReaderPreferringLock))
         super().setUp()
         _patient_cell_switching(self)
+        # Nova's CastAsCallFixture turns nova-api's cast to the conductor
+        # into a call that waits for the whole build: scheduling (with
+        # nova-gpu-scheduler's retries of claims other schedulers took,
+        # up to [gpu_scheduler] claim_retry_seconds) and the compute's
+        # build. In production that cast returns at once; here a loaded
+        # 2-core machine running concurrent boots can take longer than
+        # the 60 s default, and the POST would fail with MessagingTimeout.
+        self.flags(rpc_response_timeout=300)
         # Nova's fake libvirt lists mdevs as a live view of its dict; in
         # native threading a build creating an mdev while another claim
         # lists them fails the listing ("dictionary changed size during
