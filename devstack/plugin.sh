@@ -86,7 +86,7 @@ function configure_nova_gpu_scheduler {
     for name in nova-api.conf nova-conductor.conf nova-scheduler.conf; do
         _nova_gpu_apply_conf "$name" "$NOVA_CONF"
     done
-    if [[ "$NOVA_GPU_CANDIDATE_ORDER" == "selected_host" ]]; then
+    if [[ "$NOVA_GPU_LARGE_CLOUD" == "True" ]]; then
         _nova_gpu_apply_conf nova-scheduler-large-cloud.conf "$NOVA_CONF"
     fi
     if [[ "$NOVA_GPU_DRIVER_FILTER" == "True" ]]; then
