@@ -68,13 +68,16 @@ class Conflict(ApiError):
     """HTTP 409: a generation conflict (the provider was written)."""
 
 
-def connect(cloud=None):
+def connect(cloud=None, timeout=None):
     """An openstacksdk ``Connection`` to a clouds.yaml entry (None: the
-    ``OS_*`` environment, or ``OS_CLOUD``).
+    ``OS_*`` environment, or ``OS_CLOUD``); ``timeout``: seconds one API
+    call may take (openstacksdk's ``api_timeout``; None: its default).
     """
     # Imported here: only the services that talk to the cloud need it.
     import openstack
-    return openstack.connect(cloud=cloud)
+    if timeout is None:
+        return openstack.connect(cloud=cloud)
+    return openstack.connect(cloud=cloud, api_timeout=timeout)
 
 
 def _query(**params):
@@ -312,6 +315,17 @@ class Nova:
 
     def set_metadata(self, server_id, metadata):
         self.compute.set_server_metadata(server_id, **metadata)
+
+    def delete_metadata(self, server_id, keys):
+        """Remove ``keys`` (never all metadata) from a server's metadata;
+        a key or server already gone is skipped.
+        """
+        from openstack import exceptions as sdk_exceptions
+        for key in keys:
+            try:
+                self.compute.delete_server_metadata(server_id, [key])
+            except sdk_exceptions.NotFoundException:
+                continue
 
     def shelve(self, server_id):
         self.compute.shelve_server(server_id)

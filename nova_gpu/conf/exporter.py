@@ -67,6 +67,33 @@ opts = [
                     'project each GPU server is billed to (the project_id '
                     'label of the usage counters). Unset: the OS_* '
                     'environment.'),
+    cfg.BoolOpt('idle_notify', default=False,
+                help='Tell the owners of servers whose GPU devices the '
+                     'agents report idle ([gpu_agent] idle_threshold and '
+                     'idle_after), once per idle episode, as the '
+                     'reclaimer tells owners: the server\'s metadata key '
+                     'nova_gpu_idle (which devices, idle since when, a '
+                     'smaller profile their peak fits; removed when no '
+                     'device is idle any more) and a versioned '
+                     'notification gpu.idle.notice on report_topic. '
+                     'Needs credentials that may read every server and '
+                     'write its metadata (the cloud option). Off: nothing '
+                     'is sent; the idle devices are still shown '
+                     '(nova_gpu_device_idle_seconds, "openstack gpu '
+                     'idle").'),
+    cfg.StrOpt('idle_notice_file',
+               help='File of what owners were told of idle GPUs (with '
+                    'idle_notify), written atomically after each notice '
+                    'and read back at start, so that a restarted exporter '
+                    'neither tells them again nor forgets a metadata key '
+                    'to remove, e.g. /var/lib/nova-gpu/idle-notices.json. '
+                    'Unset: kept in memory only. A file that cannot be '
+                    'read stops the exporter (move it aside to start '
+                    'again).'),
+    cfg.IntOpt('idle_notice_timeout', default=30, min=1,
+               help='Seconds one Nova API call of an idle notice may take '
+                    '(openstacksdk\'s api_timeout). The calls run in a '
+                    'thread of their own: reports are taken meanwhile.'),
     cfg.BoolOpt('usage_projects', default=True,
                 help='Ask Nova the project of each server counted. Off: '
                      'usage rows and counters carry an empty project_id.'),

@@ -372,3 +372,61 @@ def _device_key(address, dev):
     if kind == host_mod.MIG:
         return '%s/mig@%s' % (address, (dev.get('detail') or [0, 0])[1])
     return '%s/%s' % (address, kind)
+
+
+# What an owner is told of the idle devices of a server (``notices``).
+TELL, UPDATE, CLEAR = 'tell', 'update', 'clear'
+
+
+@dataclasses.dataclass(frozen=True)
+class Notice:
+    """One change to tell the owner of ``server_id`` (``notices``)."""
+
+    action: str        # TELL, UPDATE or CLEAR
+    server_id: str
+    host: str
+    devices: tuple = ()   # the server's idle device rows (TELL, UPDATE)
+
+    def told(self):
+        """What is kept of it once done: {'host', 'devices': {key:
+        since}} (None for CLEAR).
+        """
+        if self.action == CLEAR:
+            return None
+        return {'host': self.host,
+                'devices': {r['device']: r['since'] for r in self.devices}}
+
+
+def notices(told, host, idle_rows):
+    """What to tell owners after one report of ``host``, a list of
+    ``Notice``.
+
+    ``told``: {server: {'host', 'devices': {device key: since}}}, what
+    owners were told and not yet cleared; ``idle_rows``: the idle
+    devices the report marks (one dict each: ``server_id``, ``device``,
+    ``since``, ...). Once per idle episode: a server is told (TELL) when
+    one of its devices starts an idle run not told yet (a new ``since``);
+    UPDATE when it was told but the set of its idle devices shrank or it
+    moved to this host; CLEAR when it was told from this host and no
+    device of it is idle here now (busy again, released, or the server
+    is gone). A device of no known server tells no one.
+    """
+    now = {}
+    for row in idle_rows:
+        if row.get('server_id') and row.get('device'):
+            now.setdefault(row['server_id'], []).append(row)
+    out = []
+    for server, rows in sorted(now.items()):
+        rows = tuple(sorted(rows, key=lambda r: r['device']))
+        notice = Notice(TELL, server, host, rows)
+        before = told.get(server)
+        if before is None or any(
+                before['devices'].get(d) != s
+                for d, s in notice.told()['devices'].items()):
+            out.append(notice)
+        elif before != notice.told():
+            out.append(Notice(UPDATE, server, host, rows))
+    for server, before in sorted(told.items()):
+        if before.get('host') == host and server not in now:
+            out.append(Notice(CLEAR, server, host))
+    return out

@@ -38,7 +38,11 @@ Per host (``host`` label) and for the whole cloud:
   ``nova_gpu_device_idle_seconds{host,gpu,address,device,server_id,
   model,kind,profile,suggestion}``, how long each idle device has stayed
   under the agent's ``idle_threshold`` (``suggestion``: a smaller
-  profile its observed peak fits, empty when none).
+  profile its observed peak fits, empty when none);
+* owners told of idle devices (``[gpu_exporter] idle_notify``):
+  ``nova_gpu_idle_notices_total{action}``,
+  ``nova_gpu_idle_notices_failed_total{reason}``,
+  ``nova_gpu_idle_notices_pending``, ``nova_gpu_idle_notices_servers``.
 """
 
 from prometheus_client import core as prom_core
@@ -99,10 +103,12 @@ def _counter(name, doc, labels=()):
 
 
 class CloudCollector:
-    def __init__(self, state, stale_after=180, usage=None):
+    def __init__(self, state, stale_after=180, usage=None,
+                 idle_notices=None):
         self.state = state
         self.stale_after = stale_after
         self.usage = usage
+        self.idle_notices = idle_notices
 
     def describe(self):
         return []
@@ -116,7 +122,35 @@ class CloudCollector:
         out.append(self._idle(self.state.hosts()))
         if self.usage is not None:
             out.extend(self._usage(self.usage))
+        if self.idle_notices is not None:
+            out.extend(self._idle_notices(self.idle_notices.stats()))
         return out
+
+    def _idle_notices(self, stats):
+        done = _counter('idle_notices', 'Idle GPU notices to owners '
+                        '([gpu_exporter] idle_notify) carried out, by '
+                        'action: tell (metadata key and notification), '
+                        'update (metadata), clear (key removed).',
+                        ('action',))
+        for action in ('tell', 'update', 'clear'):
+            done.add_metric([action], stats[action])
+        failed = _counter('idle_notices_failed', 'Idle GPU notices not '
+                          'carried out: failed (a Nova call or the '
+                          'notification; decided again at the host\'s '
+                          'next report), dropped (queue full), metadata '
+                          '(told by notification only), write (what was '
+                          'told not saved).', ('reason',))
+        for reason, key in (('failed', 'failed'), ('dropped', 'dropped'),
+                            ('metadata', 'metadata_failed'),
+                            ('write', 'write_failed')):
+            failed.add_metric([reason], stats[key])
+        pending = _gauge('idle_notices_pending', 'Idle GPU notices queued, '
+                         'not carried out yet.')
+        pending.add_metric([], stats['pending'])
+        told = _gauge('idle_notices_servers', 'Servers whose owners are '
+                      'told now that a GPU device of theirs is idle.')
+        told.add_metric([], stats['told'])
+        return [done, failed, pending, told]
 
     def _idle(self, hosts):
         labels = ('host', 'gpu', 'address', 'device', 'server_id', 'model',

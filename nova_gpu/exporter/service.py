@@ -22,6 +22,7 @@ from nova_gpu import daemon
 from nova_gpu.exporter import api
 from nova_gpu.exporter import cloud
 from nova_gpu.exporter import collector as collector_mod
+from nova_gpu.exporter import idle_notices
 from nova_gpu.exporter import listener as listener_mod
 from nova_gpu.exporter import usage as usage_mod
 from nova_gpu import listening
@@ -49,11 +50,15 @@ class Exporter:
             reset_after=o.generation_reset_after)
         self.usage = make_usage_book(conf)
         self.state.report_observers.append(self.usage.observe)
-        self.registry = prometheus_client.CollectorRegistry()
-        self.registry.register(collector_mod.CloudCollector(
-            self.state, stale_after=o.stale_after, usage=self.usage))
         self._owns_transport = transport is None
         self.transport = transport or listening.transport(conf)
+        self.idle_notices = idle_notices.make(conf, self.transport)
+        if self.idle_notices is not None:
+            self.state.report_observers.append(self.idle_notices.observe)
+        self.registry = prometheus_client.CollectorRegistry()
+        self.registry.register(collector_mod.CloudCollector(
+            self.state, stale_after=o.stale_after, usage=self.usage,
+            idle_notices=self.idle_notices))
         self.listener = listener_mod.Listener(
             self.state, self.transport, o.report_topic,
             exchange=o.report_exchange, pool=o.pool)
@@ -80,6 +85,8 @@ class Exporter:
             self.http.stop()
             self.http = None
         self.listener.stop()
+        if self.idle_notices is not None:
+            self.idle_notices.stop()
         # Last: what the listener took until it stopped is written.
         self.usage.stop()
         if self._owns_transport:

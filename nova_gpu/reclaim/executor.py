@@ -27,6 +27,7 @@ import tenacity
 
 from nova_gpu.core import defrag
 from nova_gpu.core import exceptions
+from nova_gpu import owner_notice
 from nova_gpu.reclaim import notices as notification
 from nova_gpu.reclaim import planner_view as inventory
 from nova_gpu.reclaim import reclaimer
@@ -127,13 +128,11 @@ class Executor:
                           if s.server == step.server] or [0.0])
         text = ('%s at %s: GPU capacity reclaimed for on-demand servers '
                 '(gpu:preemptible flavor)' % (action, _utc(at)))
-        try:
-            self.compute.set_metadata(step.server, {METADATA_KEY: text})
-        except Exception as e:
-            # The notification still tells the owner; the eviction goes on.
-            LOG.warning('Server %s: metadata not set: %s', step.server, e)
-        if self.notifier is not None:
-            self.notifier.send(notification.NoticePayload(
+        # A key that cannot be set is logged: the notification still
+        # tells the owner, and the eviction goes on.
+        owner_notice.tell(
+            self.compute, self.notifier, step.server, METADATA_KEY, text,
+            notification.NoticePayload(
                 step.server, action, _utc(at), server.project_id,
                 server.user_id, server.host, decision.trigger, step.why))
         LOG.info('Told the owner of spot server %s: %s', step.server, text)

@@ -3,7 +3,8 @@
 Sent with oslo.messaging (``messagingv2``, priority INFO) on
 ``[gpu_reclaimer] report_topic``, beside the other nova-gpu notifications
 (``nova_gpu.core.notification`` has the wire form and the versioning
-rule), so that a portal or mail bridge can tell owners:
+rule; ``nova_gpu.owner_notice`` sends them with the server metadata key),
+so that a portal or mail bridge can tell owners:
 
 * ``gpu.reclaim.notice``: a spot server will be evicted at ``evict_at``
   (UTC, ISO 8601), and how (``action``);
@@ -16,6 +17,7 @@ rule), so that a portal or mail bridge can tell owners:
 import dataclasses
 
 from nova_gpu.core import notification
+from nova_gpu import owner_notice
 
 PUBLISHER = 'nova-gpu-reclaimer'
 NOTICE_EVENT = 'gpu.reclaim.notice'
@@ -64,14 +66,9 @@ EVENTS = {NoticePayload: NOTICE_EVENT, EvictedPayload: EVICTED_EVENT,
           RoomPayload: ROOM_EVENT}
 
 
-class Notifier:
-    """Sends the payloads through an oslo.messaging ``Notifier`` (or any
-    object with ``info(ctxt, event_type, payload)``).
+def Notifier(notifier):
+    """The reclaimer's sender (``owner_notice.Notifier``) of these
+    payloads through an oslo.messaging ``Notifier`` (or any object with
+    ``info(ctxt, event_type, payload)``).
     """
-
-    def __init__(self, notifier):
-        self.notifier = notifier
-
-    def send(self, payload):
-        self.notifier.info({}, EVENTS[type(payload)],
-                           payload.to_primitive())
+    return owner_notice.Notifier(notifier, EVENTS)

@@ -27,13 +27,13 @@ import sys
 import threading
 
 from oslo_log import log as logging
-import oslo_messaging as messaging
 
 from nova_gpu.core import catalog as catalog_mod
 from nova_gpu.core import flavor
 from nova_gpu.core import moves
 from nova_gpu import daemon
 from nova_gpu import listening
+from nova_gpu import owner_notice
 from nova_gpu.reclaim import executor as executor_mod
 from nova_gpu.reclaim import grammar as grammar_mod
 from nova_gpu.reclaim import listener as listener_mod
@@ -75,9 +75,9 @@ class ReclaimService:
         self._transport = transport
         self._owns_transport = False
         if notifier is None and transport is not None:
-            notifier = notification.Notifier(messaging.Notifier(
-                transport, publisher_id=notification.PUBLISHER,
-                driver='messagingv2', topics=[o.report_topic]))
+            notifier = notification.Notifier(
+                owner_notice.messaging_notifier(
+                    transport, notification.PUBLISHER, o.report_topic))
         self.notifier = notifier
         self._stop = threading.Event()
         self.executor = executor_mod.Executor(

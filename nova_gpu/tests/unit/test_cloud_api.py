@@ -272,6 +272,20 @@ class NovaTest(testtools.TestCase):
             ('servers', {'details': True, 'all_projects': True,
                          'deleted': True, 'uuid': 's9'})], compute.calls)
 
+    def test_delete_metadata_by_key_gone_is_done(self):
+        from openstack import exceptions as sdk_exceptions
+        calls = []
+
+        def delete(server_id, keys):
+            calls.append((server_id, keys))
+            if keys == ['gone']:
+                raise sdk_exceptions.NotFoundException('no such key')
+        nova = cloud_api.Nova(types.SimpleNamespace(
+            delete_server_metadata=delete))
+        nova.delete_metadata('s1', ['gone', 'k'])
+        # one key at a time: the SDK deletes every key when given none
+        self.assertEqual([('s1', ['gone']), ('s1', ['k'])], calls)
+
 
 class CloudTest(testtools.TestCase):
 

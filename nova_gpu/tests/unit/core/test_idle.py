@@ -207,3 +207,64 @@ class SuggestTest(testtools.TestCase):
                                        verdict(current.compute,
                                                small.memory_mib),
                                        CATALOG.models.values()))
+
+
+def row(server, device, since, **kw):
+    return dict(server_id=server, device=device, since=since, **kw)
+
+
+class NoticesTest(testtools.TestCase):
+    """``idle.notices``: once per idle episode, cleared when it ends."""
+
+    def apply(self, told, found):
+        for n in found:
+            if n.told() is None:
+                told.pop(n.server_id, None)
+            else:
+                told[n.server_id] = n.told()
+
+    def actions(self, found):
+        return [(n.action, n.server_id) for n in found]
+
+    def test_one_episode_told_once_then_cleared(self):
+        told = {}
+        found = idle.notices(told, 'h1', [row('s1', 'd1', 100.0)])
+        self.assertEqual([(idle.TELL, 's1')], self.actions(found))
+        self.apply(told, found)
+        self.assertEqual({'s1': {'host': 'h1', 'devices': {'d1': 100.0}}},
+                         told)
+        # the next reports of the same episode: nothing
+        for _ in range(3):
+            self.assertEqual([], idle.notices(
+                told, 'h1', [row('s1', 'd1', 100.0)]))
+        # busy again: cleared
+        found = idle.notices(told, 'h1', [])
+        self.assertEqual([(idle.CLEAR, 's1')], self.actions(found))
+        self.apply(told, found)
+        self.assertEqual({}, told)
+
+    def test_a_new_episode_is_told_again(self):
+        told = {'s1': {'host': 'h1', 'devices': {'d1': 100.0}}}
+        self.assertEqual([(idle.TELL, 's1')], self.actions(idle.notices(
+            told, 'h1', [row('s1', 'd1', 5000.0)])))
+
+    def test_a_second_device_idle_is_told_fewer_is_an_update(self):
+        told = {'s1': {'host': 'h1', 'devices': {'d1': 100.0}}}
+        both = [row('s1', 'd1', 100.0), row('s1', 'd2', 300.0)]
+        found = idle.notices(told, 'h1', both)
+        self.assertEqual([(idle.TELL, 's1')], self.actions(found))
+        self.assertEqual(2, len(found[0].devices))
+        self.apply(told, found)
+        found = idle.notices(told, 'h1', [row('s1', 'd2', 300.0)])
+        self.assertEqual([(idle.UPDATE, 's1')], self.actions(found))
+
+    def test_other_hosts_clear_nothing(self):
+        told = {'s1': {'host': 'h1', 'devices': {'d1': 100.0}}}
+        self.assertEqual([], idle.notices(told, 'h2', []))
+        # moved to h2 and idle there in the same episode: an update
+        found = idle.notices(told, 'h2', [row('s1', 'd1', 100.0)])
+        self.assertEqual([(idle.UPDATE, 's1')], self.actions(found))
+
+    def test_devices_of_no_server_tell_no_one(self):
+        self.assertEqual([], idle.notices(
+            {}, 'h1', [row(None, 'd1', 1.0), row('', 'd2', 1.0)]))
