@@ -26,8 +26,8 @@ Three scheduler managers run side by side on the same databases, each
 made under its own configuration (``etc/nova`` through
 ``nova_gpu.tests.harness.service_conf``): ``stock`` (Nova's
 ``SchedulerManager``, Nova's filters of the GPU paths, Nova's weighers:
-the harness's ``STOCK_CONF``), ``every_host`` (``GpuSchedulerManager``,
-``nova-scheduler.conf``: the default) and ``selected_host``
+the harness's ``STOCK_CONF``), ``plugin`` (``GpuSchedulerManager``,
+``nova-scheduler.conf``: the default) and ``large-cloud``
 (``nova-scheduler.conf`` + ``nova-scheduler-large-cloud.conf``). The
 plugin's GPU view of each is fed each host's GPU report directly
 (``view.ingest`` + ``set_provider_uuids``) instead of over RabbitMQ.
@@ -75,7 +75,7 @@ PATHS = collections.OrderedDict((
 ))
 # What a path of issue #26 needs that this bench does not build yet.
 NOT_BUILT = ('pci-pool', 'passthrough')
-CONFIGS = ('stock', 'every_host', 'selected_host')
+CONFIGS = ('stock', 'plugin', 'large-cloud')
 HOSTS = (1000, 10000)
 CPUS = 64
 MEMORY_MB = 524288
@@ -395,14 +395,13 @@ def _config_values(name):
     """{(group, option): value} nova-scheduler runs ``name`` with."""
     from nova_gpu.tests.harness import cloud
     from nova_gpu.tests.harness import service_conf
-    files = {'every_host': service_conf.SERVICE_FILES[service_conf.SCHEDULER],
-             'selected_host': service_conf.LARGE_CLOUD_FILES}
+    files = {'plugin': service_conf.SERVICE_FILES[service_conf.SCHEDULER],
+             'large-cloud': service_conf.LARGE_CLOUD_FILES}
     values = {('filter_scheduler', 'available_filters'):
               ['nova.scheduler.filters.all_filters'],
               ('filter_scheduler', 'weight_classes'):
               ['nova.scheduler.weights.all_weighers'],
-              ('filter_scheduler', 'shuffle_best_same_weighed_hosts'): False,
-              ('gpu_scheduler', 'candidate_order'): 'every_host'}
+              ('filter_scheduler', 'shuffle_best_same_weighed_hosts'): False}
     if name == 'stock':
         values.update(((g, o), v) for g, opts in cloud.STOCK_CONF.items()
                       for o, v in opts.items())

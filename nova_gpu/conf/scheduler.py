@@ -101,34 +101,21 @@ opts = [
                     'by the API validator in nova-api and by '
                     'nova-scheduler: set it the same for both.'),
     cfg.StrOpt('candidate_order', default='every_host',
-               choices=[
-                   ('every_host',
-                    'GpuFilter reads every host\'s allocation candidates: '
-                    'a host none of whose candidates can serve the request '
-                    'is refused (with its reason), and the weighers weigh '
-                    'each host by the best GPU set Placement offered it.'),
-                   ('selected_host',
-                    'GpuFilter decides from each host\'s GPU state alone '
-                    'and orders the candidates only of the hosts Nova '
-                    'reads them on (the host it claims on and its '
-                    'alternates): the weighers weigh each host by the best '
-                    'GPU set it has, and a host none of whose candidates '
-                    'can serve the request is skipped by Nova at claim '
-                    'time (logged) instead of refused by the filter. '
-                    'Multi-create requests and DEBUG logging still read '
-                    'every host\'s candidates.')],
-               help='Which hosts\' Placement allocation candidates '
-                    'GpuFilter reads and puts in order. Nova claims '
-                    'candidate 0 of the host it picks, which both modes '
-                    'make the best GPU set Placement offered there. '
-                    'selected_host saves reading every host\'s candidates '
-                    'on every request (most of the filter\'s cost on large '
-                    'clouds, see the scheduler cost benchmark); its '
-                    'weights differ from every_host\'s only on a host that '
-                    'Placement did not offer its best GPU set (candidates '
-                    'cut short by [scheduler] max_placement_results or '
-                    'Placement\'s [placement] max_allocation_candidates, '
-                    'or a GPU report behind Placement).'),
+               choices=[('every_host', 'What GpuFilter does.'),
+                        ('selected_host', 'Ignored: as every_host.')],
+               deprecated_for_removal=True,
+               deprecated_since='2026.2',
+               deprecated_reason='GpuFilter reads and orders every host\'s '
+                                 'allocation candidates: the end-to-end '
+                                 'select_destinations benchmark showed the '
+                                 'plugin within its cost targets without '
+                                 'the selected_host mode '
+                                 '(doc/source/benchmarks.rst).',
+               help='Ignored. GpuFilter reads every host\'s Placement '
+                    'allocation candidates and puts them in order: a host '
+                    'none of whose candidates can serve the request is '
+                    'refused with its reason, and the weighers weigh each '
+                    'host by the best GPU set Placement offered it.'),
     cfg.IntOpt('pending_claim_ttl', default=300, min=1,
                help='Seconds a GPU placement the scheduler just chose is '
                     'counted in its view before the host\'s next report '

@@ -32,10 +32,6 @@ from nova_gpu.scheduler import view as view_mod
 CONF = cfg.CONF
 LOG = oslo_logging.getLogger(__name__)
 
-# [gpu_scheduler] candidate_order: order the candidates only of the hosts
-# Nova reads them on.
-SELECTED_HOST = 'selected_host'
-
 # At most this many per-host reasons go into the NoValidHost log line.
 MAX_REASONS = 20
 # HostState attribute this plugin sets: its decision (read by the
@@ -109,13 +105,8 @@ class GpuFilter(filters.CandidateFilterMixin, filters.BaseHostFilter):
         hosts, decisions = record.hosts, record.decisions
         check = self._check
         view = self.view
-        # Multi-create passes drop the providers earlier instances filled
-        # on each host: they read every host's candidates.
-        later = (not request.multi and
-                 CONF.gpu_scheduler.candidate_order == SELECTED_HOST)
         for host_state in filter_obj_list:
-            why = check(host_state, request, debug, chosen, view, later,
-                        decisions)
+            why = check(host_state, request, debug, chosen, view, decisions)
             if why is None:
                 passed += 1
                 hosts.append(host_state)
@@ -158,14 +149,13 @@ class GpuFilter(filters.CandidateFilterMixin, filters.BaseHostFilter):
         return request
 
     def _check(self, host_state, request, debug=False, chosen=None,
-               view=None, later=False, decisions=None):
+               view=None, decisions=None):
         """None if ``host_state`` passes, else the reason it does not.
 
         One question to the view, one Decision back, left on the
         HostState for the weighers (and in ``chosen``, by nodename, when
         it stands for a GPU set among Placement's candidates: see
-        ``_PASSES``). ``later``: the candidates are put in order when Nova
-        reads them (``OrderedOnRead``), not here. ``decisions``: a list
+        ``_PASSES``). ``decisions``: a list
         the Decision is appended to when the host passes. Whatever goes
         wrong with one host (a report the parser let through that the
         engine still cannot rank, a bug) refuses that host with the reason
@@ -174,24 +164,22 @@ class GpuFilter(filters.CandidateFilterMixin, filters.BaseHostFilter):
         """
         # Consumed: a pass that fails below must not count its claim
         # twice.
-        previous = host_state.__dict__.pop(DECISION, None)
+        previous = getattr(host_state, DECISION, None)
+        if previous is not None:
+            setattr(host_state, DECISION, None)
         if view is None:
             view = self.view
         try:
             candidates = host_state.allocation_candidates
             if type(candidates) is not list:
-                # Left by an earlier pass on this HostState (Nova reuses a
-                # host's candidates for every instance of a request), or
-                # not the list Nova sets: a plain list, made here where an
+                # Not the list Nova sets: a plain list, made here where an
                 # error refuses this host only.
-                candidates = (candidates.as_left()
-                              if type(candidates) is OrderedOnRead
-                              else list(candidates or ()))
+                candidates = list(candidates or ())
             numa = _numa_usage(host_state, request.spec, previous,
                                request.numa_settled)
             decision = view.decide(
                 request, host_state.nodename, host_state.num_instances,
-                numa[1], candidates, previous, later)
+                numa[1], candidates, previous)
         except Exception as e:
             why = 'GPU view of this host is unusable: %s: %s' % (
                 type(e).__name__, e)
@@ -200,14 +188,6 @@ class GpuFilter(filters.CandidateFilterMixin, filters.BaseHostFilter):
             return why
         decision.numa = numa
         setattr(host_state, DECISION, decision)
-        if decision.ranking is not None:
-            host_state.allocation_candidates = OrderedOnRead.later(
-                candidates, decision)
-            if chosen is not None:
-                chosen[host_state.nodename] = decision
-            if decisions is not None:
-                decisions.append(decision)
-            return None
         order = decision.order
         if order is not None:
             if debug:
@@ -238,127 +218,6 @@ class _Pass:
         self.chosen = chosen
         self.hosts = []
         self.decisions = []
-
-
-class OrderedOnRead(list):
-    """A host's allocation candidates, put in GpuFilter's order the first
-    time Nova reads them (``[gpu_scheduler] candidate_order =
-    selected_host``).
-
-    Nova reads the candidates only of the hosts it claims on or returns
-    as alternates (``SchedulerManager._schedule``: ``if not
-    host.allocation_candidates``, then candidate 0), so the filter leaves
-    every other host's unread. An empty order (Placement offered this host
-    nothing that can serve the request) makes the list empty, and Nova
-    skips the host. Every read and every change goes through the order
-    first: length, truth, items, iteration, comparison, copies, the list
-    methods and operators.
-
-    Until then the list holds no item: it keeps Placement's list for the
-    host (``later``) behind one reference. On every host of every
-    request, a list holding the candidates themselves cost Python's
-    garbage collector about as much as the rest of the plugin at 10,000
-    hosts: each collection of the young objects reads every object they
-    refer to, and the candidates, parsed before the request, are out of
-    the CPU's caches by then. Code reading a list's items in C without
-    Python's protocols (``json``'s encoder) finds it empty until then.
-    """
-
-    # The Decision whose ranking puts them in order, and the candidates
-    # as Placement left them, until they are in order. Set after
-    # construction: list's own (C) constructor costs every host of every
-    # request less than a Python one.
-    __slots__ = ('_decision', '_left')
-
-    @classmethod
-    def later(cls, candidates, decision):
-        """``candidates`` (a list, kept as it is) to be ordered by
-        ``decision`` when first read.
-        """
-        ordered = cls()
-        ordered._left = candidates
-        ordered._decision = decision
-        return ordered
-
-    def _settle(self):
-        decision = getattr(self, '_decision', None)
-        if decision is None:
-            return
-        self._decision = None
-        candidates = self._left
-        self._left = None
-        nodename = decision.entry.nodename
-        try:
-            kept = decision.request.view.order_candidates(decision,
-                                                          candidates)
-        except Exception as e:
-            # As the filter does with a host it cannot decide on: refused
-            # (Nova skips a host without candidates), never raised into
-            # Nova's claim loop.
-            why = 'GPU view of this host is unusable: %s: %s' % (
-                type(e).__name__, e)
-            contained(decision.entry, nodename, 'GpuFilter', why)
-            decision.settle(view_mod.HostDecision(
-                decision.request, decision.num_instances, why=why))
-            kept = []
-        if decision.why is not None:
-            LOG.info('GpuFilter: Nova skips host %s for instance %s: %s',
-                     nodename, decision.instance_uuid, decision.why)
-        else:
-            LOG.debug('GpuFilter: %d of the %d allocation candidates of '
-                      'host %s kept for instance %s, candidate 0 on GPUs '
-                      '%s', len(kept), len(candidates), nodename,
-                      decision.instance_uuid, decision.ranked.gpus
-                      if decision.ranked is not None else 'unknown')
-        list.__setitem__(self, slice(None), kept)
-
-    def as_left(self):
-        """The candidates as they are now, ordered or not (a plain
-        list), without putting them in order.
-        """
-        if getattr(self, '_decision', None) is not None:
-            return list(self._left)
-        return list.copy(self)
-
-    __hash__ = None
-
-    def __bool__(self):
-        self._settle()
-        return list.__len__(self) > 0
-
-    def __radd__(self, other):
-        # ``[...] + self``: list's own concatenation would read the items
-        # in C, before the order.
-        self._settle()
-        return other + list.copy(self)
-
-    def __reduce_ex__(self, protocol):
-        # Copies and pickles are plain lists, in order.
-        self._settle()
-        return list, (list.copy(self),)
-
-
-def _settled_first(name):
-    method = getattr(list, name)
-
-    def settled(self, *args, **kwargs):
-        self._settle()
-        return method(self, *args, **kwargs)
-    settled.__name__ = settled.__qualname__ = name
-    settled.__doc__ = method.__doc__
-    return settled
-
-
-# Every method of list that reads or changes the items, in order first.
-for _name in ('__len__', '__getitem__', '__iter__',
-              '__reversed__', '__contains__', '__eq__', '__ne__', '__lt__',
-              '__le__', '__gt__', '__ge__', '__repr__', '__add__', '__mul__',
-              '__rmul__', '__iadd__', '__imul__', '__setitem__',
-              '__delitem__', '__sizeof__', 'copy', 'index', 'count',
-              'append', 'extend', 'insert', 'pop', 'remove', 'reverse',
-              'sort', 'clear'):
-    setattr(OrderedOnRead, _name, _settled_first(_name))
-del _name
 
 
 def decisions_of(host_states, spec_obj):
@@ -399,8 +258,6 @@ def claims_lost(spec_obj):
         if found is None:
             return False
         for decision in found.decisions:
-            if decision.ranking is not None:
-                continue  # candidates Nova never read: not tried
             if decision.why is None and (decision.order is None
                                          or len(decision.order)):
                 return True
@@ -474,9 +331,7 @@ def notify_placed(choices, instance_uuid, host, nodename, flavor_obj=None):
     decision = (choices.get(instance_uuid) or {}).get(nodename)
     if decision is None:
         return False
-    if decision.ranking is not None or decision.why is not None:
-        # Candidates left for later that Nova did not read (it always
-        # reads candidate 0 before claiming): not this host's claim.
+    if decision.why is not None:
         return False
     ranked = decision.ranked
     # The host Nova chose (the compute service host the agent reports
@@ -554,9 +409,7 @@ def _numa_usage(host_state, spec, previous=None, settled=None):
     stamp = _stamp(host_state, settled)
     # A usage named by its update holds no object: nor keeps one alive.
     holder = topo if stamp is None else None
-    # Not ``not topo``: NUMATopology.__len__ reads ``cells`` through its
-    # property.
-    cells = _field(topo, 'cells')
+    cells = topo.cells
     if not cells:
         return (holder, None, stamp)
     return (holder, tuple(map(_cell_usage, cells)), stamp)
@@ -583,58 +436,15 @@ def _cells(host_state, spec):
     return _numa_usage(host_state, spec)[1]
 
 
-# Where an oslo.versionedobjects object keeps a set field (its property
-# getter reads ``'_obj_' + name``, ``oslo_versionedobjects.base.
-# _get_attrname``).
-_STORED = '_obj_'
-_UNSET = object()
-
-
-def _field(obj, name):
-    """``obj.<name>`` of a Nova object, read where the object keeps it:
-    a host's first request after Nova changed it (a cold pass) reads
-    every cell of every host, and the field properties cost several
-    times the read. An unset field goes through the property, which
-    loads it or raises as it always does.
-
-    Read as an attribute, not from ``obj.__dict__``: on Python 3.11 and
-    later an object's attributes live in its inline values, and asking
-    for ``__dict__`` makes (allocates) a dict of them.
-    """
-    value = getattr(obj, _STORED + name, _UNSET)
-    return getattr(obj, name) if value is _UNSET else value
-
-
 def _cell_usage(cell):
     """``(id, cpu_milli, cpu_used, memory_mib, memory_used)`` of a Nova
     NUMACell: CPUs dedicated ones (pinned) when the cell has any, else
-    shared ones (their usage).
-
-    Read where the object keeps its fields (``_field``), and only the
-    fields the answer needs: a cold pass reads the new cells of every
-    host, which nothing has read since Nova deserialised them, and at
-    1,000 hosts each object touched is a miss in the CPU's caches (about
-    a third of the reading's cost, measured, went to fields and dicts
-    not needed).
+    shared ones (their usage). Public fields only (their properties).
     """
-    try:
-        pcpus = cell._obj_pcpuset
-        if pcpus:
-            return (cell._obj_id, len(pcpus) * 1000,
-                    len(cell._obj_pinned_cpus or ()) * 1000,
-                    cell._obj_memory, cell._obj_memory_usage)
-        return (cell._obj_id, len(cell._obj_cpuset) * 1000,
-                cell._obj_cpu_usage * 1000, cell._obj_memory,
-                cell._obj_memory_usage)
-    except AttributeError:
-        # A field unset (or not a Nova object): through the properties.
-        return _cell_usage_slow(cell)
-
-
-def _cell_usage_slow(cell):
-    """``_cell_usage`` through the field properties (a field unset)."""
-    cpus = cell.pcpuset or cell.cpuset
-    return (cell.id, len(cpus) * 1000,
-            len(cell.pinned_cpus or ()) * 1000
-            if cell.pcpuset else cell.cpu_usage * 1000,
+    pcpus = cell.pcpuset
+    if pcpus:
+        return (cell.id, len(pcpus) * 1000,
+                len(cell.pinned_cpus or ()) * 1000,
+                cell.memory, cell.memory_usage)
+    return (cell.id, len(cell.cpuset) * 1000, cell.cpu_usage * 1000,
             cell.memory, cell.memory_usage)

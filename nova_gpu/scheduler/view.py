@@ -54,12 +54,10 @@ class Request:
     """One instance's scheduling pass, as the filter sees it."""
 
     __slots__ = ('spec', 'spec_ref', 'instance_uuid', 'token', 'multi',
-                 'rankings', 'classes', 'view', 'numa_settled')
+                 'rankings', 'classes', 'numa_settled')
 
-    def __init__(self, spec_obj, spec, token, view=None):
+    def __init__(self, spec_obj, spec, token):
         self.spec = spec
-        # The GpuView deciding it (``GpuView.order_candidates``).
-        self.view = view
         self.spec_ref = weakref.ref(spec_obj)
         self.instance_uuid = getattr(spec_obj, 'instance_uuid', None)
         self.token = token
@@ -95,10 +93,6 @@ class HostDecision:
     (None: leave them as they are); ``ranked`` the GPU set candidate 0
     stands for (read by the weighers), or None.
 
-    With ``[gpu_scheduler] candidate_order = selected_host``, ``ranked``
-    is the host's best GPU set until Nova reads its candidates, which
-    settles the HostDecision (``GpuView.order_candidates``).
-
     In a multi-create, ``claimed`` names the one-device providers
     (``HostEntry.claimed``) of candidate 0, which Nova claims if it picks
     this host, and ``full`` those the request's earlier instances filled
@@ -108,11 +102,10 @@ class HostDecision:
 
     __slots__ = ('request', 'spec_ref', 'instance_uuid', 'num_instances',
                  'ranked', 'why', 'order', 'entry', 'claimed', 'full',
-                 'ranking', 'numa')
+                 'numa')
 
     def __init__(self, request, num_instances, ranked=None, why=None,
-                 order=None, entry=None, claimed=None, full=None,
-                 ranking=None):
+                 order=None, entry=None, claimed=None, full=None):
         self.request = request
         self.spec_ref = request.spec_ref
         self.instance_uuid = request.instance_uuid
@@ -123,20 +116,9 @@ class HostDecision:
         self.entry = entry
         self.claimed = claimed
         self.full = full
-        # The host's Ranking while its candidates wait to be put in order
-        # (``GpuView.order_candidates``), else None.
-        self.ranking = ranking
         # (Nova's NUMATopology, its cell usage) the filter read (kept for
         # the next pass on the same HostState: ``filters._numa_usage``).
         self.numa = None
-
-    def settle(self, settled):
-        """Take what ``GpuView.order_candidates`` found."""
-        self.ranked = settled.ranked
-        self.why = settled.why
-        self.order = settled.order
-        self.claimed = settled.claimed
-        self.ranking = None
 
 
 class GpuView:
@@ -216,10 +198,10 @@ class GpuView:
 
     def request(self, spec_obj, spec):
         """Per-pass state shared by every host of one filter run."""
-        return Request(spec_obj, spec, self.rankings.name(spec.key), self)
+        return Request(spec_obj, spec, self.rankings.name(spec.key))
 
     def decide(self, request, nodename, num_instances, cells=None,
-               candidates=None, previous=None, later=False):
+               candidates=None, previous=None):
         """The HostDecision on host ``nodename`` for ``request``.
 
         ``cells`` is the NUMA cell usage from Nova's HostState (``((id,
@@ -229,9 +211,6 @@ class GpuView:
         previous instance of the same multi-create and Nova claimed on
         this host since (its ``num_instances`` grew), the claim is counted
         first, and candidates using a provider it filled are dropped.
-        ``later``: weigh the host by its best GPU set and leave its
-        candidates to ``order_candidates`` (``[gpu_scheduler]
-        candidate_order = selected_host``).
         """
         spec = request.spec
         if spec.problem:
@@ -276,28 +255,8 @@ class GpuView:
         if not candidates:
             return HostDecision(request, num_instances, ranking.items[0],
                                 entry=entry, full=full)
-        if later:
-            # Weighed by the host's best GPU set; its candidates are put
-            # in order if Nova reads them (``order_candidates``).
-            return HostDecision(request, num_instances, ranking.items[0],
-                                entry=entry, full=full, ranking=ranking)
         return self._ordered(request, num_instances, entry, ranking,
                              candidates, full)
-
-    def order_candidates(self, decision, candidates):
-        """The candidates a HostDecision left for later keeps, best first.
-
-        ``decide(..., later=True)`` weighs a host by its best GPU set
-        without reading its candidates; this orders them as ``decide``
-        would have, once, when Nova reads them (the host it claims on,
-        its alternates), and settles ``decision`` with what it found: the
-        GPU set candidate 0 stands for, or the reason none can serve.
-        """
-        settled = self._ordered(decision.request, decision.num_instances,
-                                decision.entry, decision.ranking,
-                                candidates, decision.full)
-        decision.settle(settled)
-        return list(map(candidates.__getitem__, settled.order))
 
     def _ordered(self, request, num_instances, entry, ranking, candidates,
                  full):

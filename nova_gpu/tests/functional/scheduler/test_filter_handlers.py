@@ -94,8 +94,7 @@ class FilterTest(FilterCase):
         self.assertEqual(['h1-rp0', 'h1-rp9'],
                          [list(c['allocations'])[0]
                           for c in state.allocation_candidates])
-        # Only that GPU's candidates: the host is refused, with why (or,
-        # with selected_host, left no candidate and skipped by Nova).
+        # Only that GPU's candidates: the host is refused, with why.
         state = self.host_state('h1', [candidate('h1-rp2')])
         passed = self.run_filter([state], self.request(resources__VGPU='1'))
         self.assertEqual([], [s for s in passed if s.allocation_candidates])

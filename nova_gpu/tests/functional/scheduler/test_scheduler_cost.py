@@ -46,24 +46,19 @@ class BenchmarkRequestsTest(base.TestCase):
             self.assertIsNotNone(updated)
 
     def test_both_configurations_pass_every_host(self):
-        for order, names in scheduler_cost.CONFIGS:
-            self.conf.set_override('candidate_order', order,
-                                   'gpu_scheduler')
+        for label, names in scheduler_cost.CONFIGS:
             _times, passed = self._requests(
                 2, [getattr(weighers, name)() for name in names])
-            self.assertEqual(HOSTS, passed, order)
+            self.assertEqual(HOSTS, passed, label)
 
     def test_warm_requests_read_no_numa_cells(self):
         # The compute nodes' last update is a minute old: after the first
         # request, the cells read with it stand for its later copies.
-        self.conf.set_override('candidate_order', 'selected_host',
-                               'gpu_scheduler')
         self._requests(1, [weighers.GpuWeigher()])
-        with mock.patch.object(filters, '_field',
-                               wraps=filters._field) as field:
+        with mock.patch.object(filters, '_cell_usage',
+                               wraps=filters._cell_usage) as read:
             self._requests(2, [weighers.GpuWeigher()])
-        self.assertEqual([], [c for c in field.call_args_list
-                              if c.args[1] == 'cells'])
+        self.assertEqual(0, read.call_count)
 
 
 class FloorBesideEachConfigurationTest(base.TestCase):
@@ -95,4 +90,4 @@ class FloorBesideEachConfigurationTest(base.TestCase):
         for hosts in floor_hosts:
             self.assertEqual(scheduler_cost.WARM_PASSES + 1, len(
                 [c for c in timed if c[1] is hosts]))
-        self.assertIn('4 hosts, selected_host: warm', out.getvalue())
+        self.assertIn('4 hosts, one weigher  : warm', out.getvalue())
