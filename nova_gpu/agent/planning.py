@@ -2,7 +2,7 @@
 
 Every ``[gpu_agent] carve_interval`` seconds (inside the agent's cycle,
 after reconcile and discovery) the core layout planner
-(``nova_gpu.core.layout.Planner``) chooses a layout for each idle GPU of
+(``nova_gpu.core.layout.LayoutPlanner``) chooses a layout for each idle GPU of
 the host from the demand the schedulers measure, and the carver
 (``nova_gpu.agent.carver``) makes the changed ones. The demand:
 
@@ -240,7 +240,8 @@ class PlanningLoop:
         self.interval = interval
         self.libvirt = libvirt
         self.clock = clock
-        self.planner = layout_mod.Planner(hysteresis, min_hold, max_changes)
+        self.planner = layout_mod.LayoutPlanner(hysteresis, min_hold,
+                                                max_changes)
         self.last = None
         self._no_kinds = {}  # GPU index -> why it takes no layout
 

@@ -143,7 +143,7 @@ def _nvlink_set(host, count):
 # -- the proposal ------------------------------------------------------------
 
 @dataclasses.dataclass(frozen=True)
-class Outcome:
+class TargetPlan:
     """What ``propose`` decided for one target."""
 
     target: Target
@@ -189,29 +189,30 @@ def propose(hosts, servers, targets, planner=None, max_moves=None):
     for target in targets:
         if target.drain is not None:
             if target.drain not in work:
-                outcomes.append(Outcome(target, None, 'no such GPU host'))
+                outcomes.append(TargetPlan(target, None, 'no such GPU host'))
                 continue
             plan = planner.drain(work, pool, target.drain)
             if plan is None:
-                outcomes.append(Outcome(target, None, _why_not_drain(
+                outcomes.append(TargetPlan(target, None, _why_not_drain(
                     pool, target.drain)))
                 continue
             if not plan.moves:
-                outcomes.append(Outcome(target, None, 'already empty'))
+                outcomes.append(TargetPlan(target, None, 'already empty'))
                 continue
         else:
             plan = planner.plan(work, pool, target.request)
             if plan is None:
-                outcomes.append(Outcome(
+                outcomes.append(TargetPlan(
                     target, None, 'no plan of at most %d live migrations '
                     'frees room' % planner.max_moves))
                 continue
             if not plan.moves:
-                outcomes.append(Outcome(target, None, 'fits now on %s GPU %s'
-                                        % (plan.host, _gpus(plan))))
+                outcomes.append(TargetPlan(
+                    target, None, 'fits now on %s GPU %s' % (
+                        plan.host, _gpus(plan))))
                 continue
         if budget is not None and len(plan.moves) > budget:
-            outcomes.append(Outcome(
+            outcomes.append(TargetPlan(
                 target, None, 'needs %d live migrations, %d left of '
                 '--max-moves' % (len(plan.moves), budget)))
             continue
@@ -223,9 +224,10 @@ def propose(hosts, servers, targets, planner=None, max_moves=None):
                 if s.id in moved else s for s in pool]
         where = ('%s emptied' % plan.host if target.drain else
                  'frees %s GPU %s' % (plan.host, _gpus(plan)))
-        outcomes.append(Outcome(target, plan, '%s with %d live migration%s'
-                                % (where, len(plan.moves),
-                                   '' if len(plan.moves) == 1 else 's')))
+        outcomes.append(TargetPlan(
+            target, plan, '%s with %d live migration%s' % (
+                where, len(plan.moves),
+                '' if len(plan.moves) == 1 else 's')))
     return Proposal(tuple(outcomes))
 
 

@@ -329,7 +329,7 @@ class LayoutDecision:
         return self.layout != self.previous
 
 
-class Planner:
+class LayoutPlanner:
     """Chooses layouts for the idle GPUs of hosts; remembers when.
 
     One planner per agent (or per simulated cluster); ``held_since``

@@ -90,7 +90,7 @@ class HostUse:
 
 
 @dataclasses.dataclass
-class Outcome:
+class DemoRun:
     policy: str
     servers: list
     hosts: list
@@ -173,7 +173,7 @@ def connect(cloud):
 
 
 def run(stock=False, progress=None, agents=False):
-    """Boot the scenario on a fresh cloud; return its Outcome.
+    """Boot the scenario on a fresh cloud; return its DemoRun.
 
     ``agents``: GPU reports come from a real nova-gpu-agent process per
     host over RabbitMQ (the scheduler's report listener on), not from the
@@ -208,7 +208,7 @@ def run(stock=False, progress=None, agents=False):
             cloud.doCleanups()
         finally:
             logging.disable(logging.NOTSET)
-    return Outcome('stock Nova' if stock else 'nova-gpu', servers, hosts,
+    return DemoRun('stock Nova' if stock else 'nova-gpu', servers, hosts,
                    hostdevs, time.monotonic() - start)
 
 

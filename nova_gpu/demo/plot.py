@@ -7,7 +7,7 @@ coloured by the server using it and labelled with its name; idle units
 are grey.
 
 Which unit a server holds is worked out by ``host_units``, a pure
-function of the demo's Outcome and the hosts' layouts (no Nova, no
+function of the demo's DemoRun and the hosts' layouts (no Nova, no
 matplotlib): the drawing only paints what it returns. matplotlib is
 optional and imported only to draw.
 """
@@ -130,7 +130,7 @@ class LayoutError(ValueError):
 def host_units(outcome, layouts, catalog=None):
     """Per host, per GPU, which server holds which unit (HostUnits each).
 
-    ``outcome``: the demo's Outcome (``servers``: name, result, host and,
+    ``outcome``: the demo's DemoRun (``servers``: name, result, host and,
     per device, ``gpus`` (the PF), ``functions`` (VF, mdev parent or PF)
     and ``devices`` (the device in words, with its MIG slice); ``hosts``:
     per host the ``layout`` line of the allocation table).

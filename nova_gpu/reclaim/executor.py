@@ -45,7 +45,9 @@ class StepFailed(exceptions.GpuError):
 
 
 @dataclasses.dataclass
-class Outcome:
+class EvictionResult:
+    """What carrying out one reclaim decision did."""
+
     evicted: list = dataclasses.field(default_factory=list)
     migrated: list = dataclasses.field(default_factory=list)
     notified: list = dataclasses.field(default_factory=list)
@@ -77,11 +79,11 @@ class Executor:
         self.stop = stop or threading.Event()
 
     def carry_out(self, decision, info=None):
-        """Run ``decision``'s steps; an Outcome. ``info``: server id ->
+        """Run ``decision``'s steps; an EvictionResult. ``info``: server id ->
         ServerInfo of the plan (owner, host) for the notifications.
         """
         info = info or {}
-        outcome = Outcome()
+        outcome = EvictionResult()
         start = self.clock()
         try:
             for step in decision.steps:

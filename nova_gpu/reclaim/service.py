@@ -103,7 +103,7 @@ class ReclaimService:
                                        self.names, vcpus, memory_mb)
 
     def handle_refusal(self, refused):
-        """Make room for a refused instance; the executor's Outcome, or
+        """Make room for a refused instance; the executor's EvictionResult, or
         None when nothing is done (spot or GPU-less flavor, no plan).
         """
         if self.is_spot(refused.extra_specs):
@@ -145,7 +145,7 @@ class ReclaimService:
         return requests[0]
 
     def check_headroom(self):
-        """Evict until the floor is met; an Outcome, or None."""
+        """Evict until the floor is met; an EvictionResult, or None."""
         if not self.headroom_floor:
             return None
         inv = self.inventory()

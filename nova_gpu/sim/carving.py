@@ -10,9 +10,9 @@ whole GPUs (passthrough) on one host. Three ways to run the cluster:
 * ``static``: Nova's way, one configuration per GPU fixed for the whole
   run (``[devices] enabled_mdev_types`` / a MIG layout set by hand),
   chosen from the whole trace's demand (``best_static`` searches it).
-* ``carve``: the core planner (``nova_gpu.core.layout.Planner``) re-carves
-  idle GPUs to the demand of the recent arrivals, periodically and when a
-  request finds no carved device.
+* ``carve``: the core planner (``nova_gpu.core.layout.LayoutPlanner``)
+  re-carves idle GPUs to the demand of the recent arrivals, periodically
+  and when a request finds no carved device.
 * ``ideal``: a bound where any GPU holds any mix of sizes at any time
   (framebuffer bins, no layout rules).
 """
@@ -283,7 +283,7 @@ def replay(requests, hosts, mode, static_layouts=None, planner=None,
                 for g in range(GPUS_PER_HOST):
                     state.set_layout(h, g, static_layouts[
                         h * GPUS_PER_HOST + g])
-    planner = planner or layout_mod.Planner()
+    planner = planner or layout_mod.LayoutPlanner()
     out = CarvingOutcome(mode, cluster.gpu_count)
     recent = collections.deque()
     recent_counts = collections.Counter()

@@ -105,7 +105,7 @@ class PlannerTest(base.TestCase):
                 layouts[d.gpu] = d.layout
 
     def test_idle_gpus_follow_the_demand_mix(self):
-        planner = L.Planner()
+        planner = L.LayoutPlanner()
         layouts = {}
         decisions = planner.plan(self.host, layouts,
                                  classes(self.model_, small=4, whole=1), 0)
@@ -119,7 +119,7 @@ class PlannerTest(base.TestCase):
             L.check_layout(self.model_, d.layout)
 
     def test_mig_mix_on_one_gpu(self):
-        planner = L.Planner()
+        planner = L.LayoutPlanner()
         host = host_mod.Host('h', [host_mod.Gpu(0, self.model_)])
         mig_small = [L.DemandClass(
             'small', 3, {A100: (('mig', '1g.10gb', 'A100D-1-10C'),)}),
@@ -133,7 +133,7 @@ class PlannerTest(base.TestCase):
         L.check_layout(self.model_, d.layout)
 
     def test_gpus_in_use_are_never_touched(self):
-        planner = L.Planner(min_hold=0, max_changes=10)
+        planner = L.LayoutPlanner(min_hold=0, max_changes=10)
         layouts = {i: L.Layout(L.TIME_SLICED, 'A100D-10C') for i in range(4)}
         for i in range(4):
             self.host.gpus[i] = L.gpu_for_layout(self.host.gpus[i],
@@ -151,7 +151,7 @@ class PlannerTest(base.TestCase):
         self.assertEqual(before, [g.snapshot() for g in self.host.gpus[:2]])
 
     def test_hold_time_and_rate_limit(self):
-        planner = L.Planner(min_hold=600, max_changes=1)
+        planner = L.LayoutPlanner(min_hold=600, max_changes=1)
         layouts = {}
         self.apply(layouts, planner.plan(
             self.host, layouts, classes(self.model_, small=1), 0))
@@ -170,7 +170,7 @@ class PlannerTest(base.TestCase):
                             for d in decisions))
 
     def test_hysteresis_keeps_a_near_equal_layout(self):
-        planner = L.Planner(min_hold=0, hysteresis=0.5, max_changes=10)
+        planner = L.LayoutPlanner(min_hold=0, hysteresis=0.5, max_changes=10)
         layouts = {}
         self.apply(layouts, planner.plan(
             self.host, layouts, classes(self.model_, small=1, whole=1), 0))
@@ -186,7 +186,7 @@ class PlannerTest(base.TestCase):
         self.assertFalse(any(d.changed for d in decisions))
 
     def test_carve_for_a_missed_request(self):
-        planner = L.Planner(min_hold=10 ** 6)
+        planner = L.LayoutPlanner(min_hold=10 ** 6)
         layouts = {}
         self.apply(layouts, planner.plan(
             self.host, layouts, classes(self.model_, whole=1), 0))
@@ -206,28 +206,28 @@ class PlannerTest(base.TestCase):
     def test_supply_elsewhere_is_counted(self):
         # Other hosts already offer plenty of whole GPUs: this host carves
         # every idle GPU for the small class instead.
-        planner = L.Planner()
+        planner = L.LayoutPlanner()
         demand = classes(self.model_, small=1, whole=1)
         decisions = planner.plan(self.host, {}, demand, 0,
                                  elsewhere={'whole': 100})
         self.assertNotIn(L.PASSTHROUGH,
                          [d.layout.kind for d in decisions])
-        decisions = L.Planner().plan(self.host, {}, demand, 0)
+        decisions = L.LayoutPlanner().plan(self.host, {}, demand, 0)
         self.assertIn(L.PASSTHROUGH, [d.layout.kind for d in decisions])
 
     def test_no_demand_keeps_everything(self):
-        planner = L.Planner()
+        planner = L.LayoutPlanner()
         decisions = planner.plan(self.host, {}, [], 0)
         self.assertFalse(any(d.changed for d in decisions))
         self.assertIn('no demand', decisions[0].reason)
 
     def test_unknown_model_is_left_alone(self):
-        planner = L.Planner()
+        planner = L.LayoutPlanner()
         decisions = planner.plan(
             self.host, {}, [L.DemandClass('x', 1, {'L40S': (L.WHOLE,)})], 0)
         self.assertFalse(any(d.changed for d in decisions))
         self.assertIn('no demand class', decisions[0].reason)
 
     def test_negative_settings_are_refused(self):
-        self.assertRaises(exceptions.InvalidRequest, L.Planner,
+        self.assertRaises(exceptions.InvalidRequest, L.LayoutPlanner,
                           hysteresis=-1)

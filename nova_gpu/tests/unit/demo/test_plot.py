@@ -1,6 +1,6 @@
 """The demo's picture of its GPUs (nova_gpu.demo.plot), without Nova.
 
-An Outcome as the demo builds it, with a host of each path (vendor-VFIO
+An DemoRun as the demo builds it, with a host of each path (vendor-VFIO
 VFs, MIG-backed VFs, VF mdev, PF mdev, passthrough), an idle GPU and a
 refused server: which unit each server is drawn on, and the PNG.
 """
@@ -84,7 +84,7 @@ def outcome():
     hosts = [use('h100-1', '1 0 2 1', 2), use('a100-1', '2 1', 3),
              use('l40s-1', '1', 6), use('t4-1', '0 2', 2),
              use('h200-1', '1 1', 1)]
-    return aio.Outcome('nova-gpu', servers, hosts)
+    return aio.DemoRun('nova-gpu', servers, hosts)
 
 
 def held(units):
