@@ -139,10 +139,12 @@ opts = [
     cfg.FloatOpt('claim_retry_seconds', default=10.0, min=0.0,
                  help='No retry of a GPU request whose claims were lost '
                       '(claim_retries) starts later than this many seconds '
-                      'after its first attempt started; the request then '
-                      'gets NoValidHost. Bounds the time one request can '
-                      'hold a scheduler worker (the conductor waits up to '
-                      '[DEFAULT] long_rpc_timeout for it).'),
+                      'per instance of the request (a multi-create of N '
+                      'servers: N times this) after its first attempt '
+                      'started; the request then gets NoValidHost. Bounds '
+                      'the time one request can hold a scheduler worker '
+                      '(the conductor waits up to [DEFAULT] '
+                      'long_rpc_timeout for it).'),
     cfg.IntOpt('demand_window', default=1000, min=1,
                help='How many recent GPU requests form the demand '
                     'distribution the fragmentation measure uses.'),
@@ -178,6 +180,30 @@ opts = [
                          'weigh as much as the requests observed so far, '
                          'so that fragmentation is measured against them '
                          'from the first request on.'),
+    cfg.StrOpt('rdma_locality', default='pcie-switch',
+               choices=[
+                   ('pcie-switch', 'each GPU\'s NIC function below the '
+                                   'same PCIe switch (GPUDirect RDMA '
+                                   'traffic stays in the switch; a switch '
+                                   'whose ports redirect peer-to-peer '
+                                   'traffic through ACS pairs nothing)'),
+                   ('root-complex', 'each GPU\'s NIC function below the '
+                                    'same PCIe root complex (for hosts '
+                                    'whose GPUs and NICs share no switch)')],
+               help='Where a flavor with gpu:rdma=true places the RDMA NIC '
+                    'function (VF) of each GPU (nova_gpu.core.rdma), from '
+                    'the PCIe tree the agents report ([gpu_agent] '
+                    'report_pcie_tree). Also where GPU-NIC pairs are '
+                    'counted when any GPU request is ranked: a choice that '
+                    'breaks fewer free pairs is preferred. Read by the API '
+                    'validator in nova-api and by nova-scheduler.'),
+    cfg.StrOpt('rdma_nic_alias', default=report.RDMA_NIC_ALIAS,
+               help='The [pci] alias of the RDMA NIC functions (ConnectX '
+                    'VFs in [pci] device_spec) that gpu:rdma=true flavors '
+                    'ask one of per GPU in pci_passthrough:alias '
+                    '(<alias>:<gpu:count>). The same alias must be in the '
+                    'nova.conf of nova-api, nova-conductor, '
+                    'nova-scheduler and nova-compute.'),
 ]
 
 

@@ -37,7 +37,10 @@ although GpuFilter let a host through that Nova could claim on
 (``filters.claims_lost``), the request is scheduled again with fresh
 allocation candidates after a short random wait, until it is placed, at
 most ``[gpu_scheduler] claim_retries`` times and not after
-``claim_retry_seconds``. While it races other schedulers, a later
+``claim_retry_seconds`` per instance of the request (a multi-create's
+every attempt claims for each of its instances, so it gets as many
+windows: under load a 7-instance request used to run out of a single
+window after two attempts). While it races other schedulers, a later
 attempt's NoValidHost is asked again too (what Placement offers is in
 flux: others' claims come, and go when a multi-create of theirs fails).
 A first attempt that lost no claim (no host passed, or Placement offered
@@ -129,7 +132,8 @@ class GpuSchedulerManager(nova_manager.SchedulerManager):
         doc); the RequestSpec returned is the one the last attempt used.
         """
         retries = CONF.gpu_scheduler.claim_retries
-        window = CONF.gpu_scheduler.claim_retry_seconds
+        window = (CONF.gpu_scheduler.claim_retry_seconds
+                  * _num_instances(spec_obj))
         group_hosts = _group_hosts(spec_obj)
         start = time.monotonic()
         attempt = 0
@@ -218,6 +222,13 @@ def _fresh_spec(spec_obj, group_hosts):
         fresh.instance_group.hosts = list(group_hosts)
         fresh.instance_group.obj_reset_changes(['hosts'])
     return fresh
+
+
+def _num_instances(spec_obj):
+    """RequestSpec.num_instances (1 when unset or not a number)."""
+    num = (spec_obj.num_instances
+           if spec_obj.obj_attr_is_set('num_instances') else 1)
+    return num if isinstance(num, int) and num > 0 else 1
 
 
 def _group_hosts(spec_obj):

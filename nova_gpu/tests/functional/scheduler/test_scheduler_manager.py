@@ -10,7 +10,9 @@ import os
 import subprocess
 import sys
 
+import fixtures
 from nova.scheduler import manager as nova_manager
+from oslo_utils.fixture import uuidsentinel as uuids
 import testtools
 
 from nova_gpu.scheduler import manager
@@ -81,3 +83,64 @@ class SchedulerEntryPointTest(testtools.TestCase):
         # Eventlet mode, deprecated but Nova's to choose: not refused.
         self.assertEqual(['True'], self.run_code(
             code, OS_NOVA_DISABLE_EVENTLET_PATCHING='false'))
+
+
+class RetryWindowTest(testtools.TestCase):
+    """Lost claims are scheduled again within ``claim_retry_seconds`` per
+    instance of the request (``GpuSchedulerManager._schedule_again``).
+    """
+
+    def setUp(self):
+        super().setUp()
+        from nova import exception
+        from nova import objects
+        from oslo_config import fixture as config_fixture
+
+        from nova_gpu import conf  # noqa: F401
+        objects.register_all()
+        self.conf = self.useFixture(config_fixture.Config())
+        self.conf.config(claim_retries=10, claim_retry_seconds=10.0,
+                         group='gpu_scheduler')
+        self.objects, self.exception = objects, exception
+        self.clock = [0.0]
+        self.useFixture(fixtures.MonkeyPatch(
+            'nova_gpu.scheduler.manager.time.monotonic',
+            lambda: self.clock[0]))
+        self.useFixture(fixtures.MonkeyPatch(
+            'nova_gpu.scheduler.manager.time.sleep', lambda s: None))
+        self.useFixture(fixtures.MonkeyPatch(
+            'nova_gpu.scheduler.manager.RETRY_WAIT', 0.0))
+        # Every attempt had a host whose claim Placement refused.
+        self.useFixture(fixtures.MonkeyPatch(
+            'nova_gpu.scheduler.filters.claims_lost', lambda spec: True))
+        self.manager = manager.GpuSchedulerManager.__new__(
+            manager.GpuSchedulerManager)
+        self.manager.claim_retries = {'retried': 0, 'gave_up': 0}
+
+    def attempts(self, num_instances, seconds_each):
+        spec = self.objects.RequestSpec(num_instances=num_instances,
+                                        instance_uuid=uuids.instance,
+                                        instance_group=None)
+        calls = []
+
+        def select(spec_obj):
+            calls.append(spec_obj)
+            self.clock[0] += seconds_each
+            raise self.exception.NoValidHost(reason='claims lost')
+        self.assertRaises(self.exception.NoValidHost,
+                          self.manager._schedule_again, select, spec)
+        return len(calls)
+
+    def test_one_window_for_one_instance(self):
+        # 3 s attempts: started at 0, 3, 6, 9; the fifth would start at 12.
+        self.assertEqual(4, self.attempts(1, 3.0))
+        self.assertEqual({'retried': 3, 'gave_up': 1},
+                         self.manager.claim_retries)
+
+    def test_a_window_per_instance_of_a_multi_create(self):
+        # Seven servers: 70 s; attempts of 7 x 3 s start at 0, 21, 42, 63.
+        self.assertEqual(4, self.attempts(7, 21.0))
+
+    def test_retries_bound_it_too(self):
+        self.conf.config(claim_retries=2, group='gpu_scheduler')
+        self.assertEqual(3, self.attempts(7, 0.0))

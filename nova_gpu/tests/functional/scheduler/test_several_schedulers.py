@@ -28,7 +28,7 @@ class _LostClaims(cloud.GpuCloudTestCase):
                                              memory_mb=512, vcpu=1)
         # No wait between attempts (it is random, at most 0.1 s at first).
         self.useFixture(fixtures.MonkeyPatch(
-            'nova_gpu.scheduler.listener.RETRY_WAIT', 0.0))
+            'nova_gpu.scheduler.manager.RETRY_WAIT', 0.0))
 
     def take_before_claim(self, times, once_per_instance=False):
         """Play another scheduler's claim on the VF of each of Nova's
