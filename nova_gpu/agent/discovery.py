@@ -17,6 +17,7 @@ import re
 from oslo_log import log as logging
 
 from nova_gpu.agent import fabric
+from nova_gpu.agent import pcie as pcie_mod
 from nova_gpu.agent import sysfs as sysfs_mod
 from nova_gpu.core import catalog as catalog_mod
 from nova_gpu.core import exceptions
@@ -462,7 +463,10 @@ class Discovery:
     def __init__(self, sysfs, nvml=None, catalog=None, host='localhost',
                  nodename=None, libvirt=None, cpu_milli=0, memory_mib=0,
                  resource_classes=None, vf_types_on_demand=False,
-                 fabric=None):
+                 fabric=None, pcie_tree=False):
+        # [gpu_agent] report_pcie_tree: the PCIe tree and RDMA NICs go in
+        # the report (agent.pcie, GPUDirect RDMA pairing).
+        self.pcie_tree = pcie_tree
         # Fabric Manager (agent.fabric.FabricManager) of a host in Shared
         # NVSwitch mode: its partitions go in the report.
         self.fabric = fabric
@@ -538,7 +542,11 @@ class Discovery:
                              self.memory_mib,
                              partitions=(fabric.read_table(self.fabric, gpus)
                                          if self.fabric is not None
-                                         else None))
+                                         else None),
+                             pcie=(pcie_mod.read_tree(
+                                 self.sysfs, [g.address for g in gpus],
+                                 self.nodename) if self.pcie_tree
+                                 else None))
         for r in records:
             self._account(host.gpus[r.index], r)
         return HostInventory(host=host, gpus=records,

@@ -272,6 +272,17 @@ opts = [
                help='Seconds one Fabric Manager call may take; a guest '
                     'start whose partition cannot be activated in time '
                     'fails.'),
+    cfg.BoolOpt('report_pcie_tree', default=False,
+                help='Report the host\'s PCIe tree for GPUDirect RDMA '
+                     'pairing (nova_gpu.agent.pcie): each GPU\'s PCIe '
+                     'switch and root complex, the switches\' ACS state '
+                     'and the RDMA NICs (Mellanox/NVIDIA ConnectX PFs with '
+                     'SR-IOV VFs) with the VFs guests hold, read from '
+                     'sysfs. Flavors with gpu:rdma=true are placed only on '
+                     'hosts that report it. ACS is read from the switch '
+                     'ports\' config space, which needs root (or '
+                     'CAP_SYS_ADMIN); otherwise it is reported unknown '
+                     'and treated as not redirecting.'),
 ]
 
 

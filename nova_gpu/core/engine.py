@@ -11,6 +11,7 @@ from nova_gpu.core import exceptions
 from nova_gpu.core import fragmentation
 from nova_gpu.core import host as host_mod
 from nova_gpu.core import partitions
+from nova_gpu.core import rdma
 from nova_gpu.core import scoring
 from nova_gpu.core import topology
 
@@ -37,8 +38,13 @@ class PlacementEngine:
 
     MEMO_LIMIT = 200000
 
-    def __init__(self, demand=None, weights=None, scoring_weights=None):
+    def __init__(self, demand=None, weights=None, scoring_weights=None,
+                 rdma_scope=rdma.DEFAULT_SCOPE):
         self.demand = demand or fragmentation.Demand(())
+        # Where GPU-NIC pairs are counted for requests that ask none
+        # (``[gpu_scheduler] rdma_locality``): a plain request keeps the
+        # pairs an RDMA request would need free where it can.
+        self.rdma_scope = rdma_scope
         self.weights = weights or Weights()
         self.strand = scoring.StrandModel.from_demand(self.demand)
         weights = scoring_weights or scoring.DEFAULT_WEIGHTS
@@ -80,6 +86,9 @@ class PlacementEngine:
                        '; quarantined: ' + '; '.join(held) if held else ''))
         if partitions.applies(host, req):
             return partitions.why_not(host, req.count)
+        if rdma.applies(host, req):
+            return rdma.why_not(host, req.count, req.rdma,
+                                [g.index for g in fitting])
         if req.topology != 'any':
             return ('no %d GPUs satisfy topology=%s'
                     % (req.count, req.topology))
@@ -104,11 +113,22 @@ class PlacementEngine:
         bound = partitions.applies(host, req)
         # On a Shared NVSwitch host two GPUs in one state still differ:
         # the partitions each breaks (no sharing of single choices).
-        single = req.count == 1 and not bound
+        # Beside a NIC, two GPUs in one state differ too: the GPU-NIC
+        # pairs each breaks.
+        paired = host.pcie is not None and bool(host.pcie.nics)
+        single = req.count == 1 and not bound and not paired
         if bound:
             sets = [tuple(host.gpus[i] for i in indices)
                     for indices in partitions.candidate_sets(
                         host, req.count, frozenset(options))]
+        elif req.rdma is not None:
+            # Only GPUs with a free NIC VF beside them, and one set that
+            # fits the VFs there (core.rdma).
+            usable, greedy = rdma.candidate_gpus(host, ordered, req.count,
+                                                 req.rdma)
+            sets = topology.candidate_sets(usable, req.count)
+            if greedy is not None:
+                sets.append(greedy)
         else:
             sets = topology.candidate_sets(ordered, req.count)
         for gpus in sets:
@@ -119,7 +139,7 @@ class PlacementEngine:
                 if base is None:
                     base = self._base(host, keys)
                 result.append(self._choice(base, placement, gpus, numa_miss,
-                                           seen, gpu_key))
+                                           seen, gpu_key, req))
         # Stable: among equal costs, the generation order (best-packed GPU,
         # then lowest index and start slice) decides.
         result.sort(key=_cost)
@@ -156,7 +176,7 @@ class PlacementEngine:
                 if not base:
                     base.append(self._base(host, keys))
                 choice = self._choice(base[0], placement, gpus, numa_miss,
-                                      {})
+                                      {}, None, req)
                 if best is None or choice.cost < best.cost:
                     best = choice
             return best
@@ -175,7 +195,8 @@ class PlacementEngine:
             self._memo.clear()
         return _FragState(host, self._index, self._memo, keys)
 
-    def _choice(self, base, placement, gpus, numa_miss, seen, gpu_key=None):
+    def _choice(self, base, placement, gpus, numa_miss, seen, gpu_key=None,
+                req=None):
         """Cost a placement: the core scoring function, plus topology.
 
         Single-device placements on GPUs in the same state (``gpu_key``)
@@ -212,6 +233,14 @@ class PlacementEngine:
                              if g.fits_whole() and g.quarantine is None)
             topo += partitions.LOST_LARGER * partitions.lost_larger(
                 host, placement.gpus, free)
+        if host.pcie is not None and host.pcie.nics:
+            # The fewer GPU-NIC pairs a choice breaks, the better.
+            asked = req is not None and req.rdma is not None
+            topo += rdma.LOST_PAIR * rdma.lost_pairs(
+                host, req.rdma if asked else self.rdma_scope,
+                [g.index for g in host.gpus
+                 if g.fits_whole() and g.quarantine is None],
+                placement.gpus, asked)
         w = self.weights
         cost = (w.fragmentation * steps * self.scoring_weights.quantum
                 + w.topology * topo + w.numa * numa_miss)
@@ -252,6 +281,9 @@ class PlacementEngine:
             return
         if partitions.applies(host, req) and not partitions.feasible(
                 host, [g.index for g in gpus]):
+            return
+        if rdma.applies(host, req) and not rdma.pairable(
+                host, [g.index for g in gpus], req.rdma):
             return
         numa_node, numa_miss = numa_fit(host, gpus, req)
         if numa_miss is None:

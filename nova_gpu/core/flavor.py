@@ -32,6 +32,12 @@ Grammar (values are case-sensitive except units)::
     gpu:preemptible=true|false     spot capacity: nova-gpu-reclaimer may
                                    evict the flavor's servers for on-demand
                                    ones (default false; asks no device)
+    gpu:rdma=true|false            GPUDirect RDMA: each GPU gets one RDMA
+                                   NIC function (a VF of the flavor's
+                                   [gpu_scheduler] rdma_nic_alias) under
+                                   the same PCIe switch or root complex
+                                   ([gpu_scheduler] rdma_locality;
+                                   core.rdma); default false
 
 GB and MB are binary here (1GB = 1024MB), as in NVIDIA's profile names
 (3g.20gb has 20480 MiB). The Placement side stays Nova's own, one form
@@ -63,6 +69,7 @@ import re
 from nova_gpu.core import exceptions
 from nova_gpu.core import gpu_sets
 from nova_gpu.core import host as host_mod
+from nova_gpu.core import rdma as rdma_mod
 from nova_gpu.core import report as report_mod
 from nova_gpu.core import request as request_mod
 
@@ -97,6 +104,10 @@ class PathNames:
     vfio_alias: str = report_mod.VFIO_VGPU_ALIAS
     backend: str = 'mdev'  # vGPU path of flavors without gpu:backend
     max_gpu_count: int = DEFAULT_MAX_COUNT  # capped by MAX_COUNT
+    # gpu:rdma=true: where each GPU's NIC function must be, and the PCI
+    # alias of the NIC functions (VFs) in the flavor.
+    rdma_locality: str = rdma_mod.DEFAULT_SCOPE
+    rdma_alias: str = report_mod.RDMA_NIC_ALIAS
 
     @classmethod
     def from_options(cls, opts, vgpu_rc=None, whole_rc=None):
@@ -108,7 +119,8 @@ class PathNames:
                    whole_rc or opts.whole_gpu_resource_class,
                    opts.vfio_vgpu_resource_class, opts.whole_gpu_alias,
                    opts.vfio_vgpu_alias, opts.vgpu_backend,
-                   opts.max_gpu_count)
+                   opts.max_gpu_count, opts.rdma_locality,
+                   opts.rdma_nic_alias)
 
 
 MAX_COUNT = gpu_sets.MAX_COUNT
@@ -385,10 +397,23 @@ def preemptible(extra_specs):
     return validate_value(PREEMPTIBLE, value, None)
 
 
+def _rdma(catalog, key, value, names):
+    # Exactly true or false, as gpu:preemptible: the locality comes from
+    # [gpu_scheduler] rdma_locality (the operator knows the hardware).
+    if value not in BOOLEANS:
+        raise ExtraSpecError(key, value, 'must be true (each GPU with an '
+                             'RDMA NIC function, pci_passthrough:alias '
+                             '%s, under the same %s) or false'
+                             % (names.rdma_alias, names.rdma_locality),
+                             BOOLEANS)
+    return names.rdma_locality if value == 'true' else None
+
+
 _PARSERS = {
     'profile': _profile, 'mig': _mig, 'count': _count, 'model': _models,
     'topology': _topology, 'memory': _memory, 'compute': _compute,
     'kind': _kind, 'backend': _backend, 'preemptible': _preemptible,
+    'rdma': _rdma,
 }
 # Keys that say how a server is treated, not which device it asks: they
 # neither make a flavor's GPU request nor make a stock flavor "explicit".
@@ -454,7 +479,22 @@ def placement_extra_specs(spec, names, sets=True):
 
     ``sets=False``: the same groups without set traits, as stock Nova
     clouds (no nova-gpu-agent keeping the traits) need them.
+
+    ``gpu:rdma=true`` adds one RDMA NIC function per GPU to the aliases:
+    ``<names.rdma_alias>:N`` (Nova makes one request group per device;
+    Placement's allocation then names the NIC PF each VF comes from, and
+    the compute claims the VF from that PF: ``core.rdma``).
     """
+    result = _device_extra_specs(spec, names, sets)
+    if spec.alternatives[0].rdma is not None:
+        nics = '%s:%d' % (names.rdma_alias, spec.alternatives[0].count)
+        result[ALIAS_KEY] = (result[ALIAS_KEY] + ',' + nics
+                             if ALIAS_KEY in result else nics)
+    return result
+
+
+def _device_extra_specs(spec, names, sets):
+    """``placement_extra_specs`` of the GPU devices alone."""
     count = spec.alternatives[0].count
     path = spec.path
     if path in (PATH_VFIO, PATH_PASSTHROUGH):
@@ -509,6 +549,11 @@ def set_shape(extra_specs, names, path, count):
         return 'plain'
     wanted = [(count, k) for k in range(count)] if count > 1 else []
     return 'sets' if sorted(asked) == wanted else 'mixed'
+
+
+def rdma_units(extra_specs, names):
+    """NIC functions a flavor asks through ``names.rdma_alias``."""
+    return alias_counts(extra_specs).get(names.rdma_alias, 0)
 
 
 def _alias_units(aliases, base):
@@ -571,6 +616,8 @@ def _device_values(extra_specs, catalog, names):
                                                        names)
     for name in _NOT_DEVICE:
         values.pop(name, None)
+    if values.get('rdma', True) is None:
+        values.pop('rdma')  # gpu:rdma=false asks nothing
     return values
 
 
@@ -593,7 +640,7 @@ def parse(extra_specs, catalog, vcpus=0, memory_mb=0, names=None):
     common = dict(count=values.get('count', 1),
                   topology=values.get('topology', 'any'),
                   numa_affinity=affinity, cpu_milli=cpu_milli,
-                  memory_mib=memory_mib)
+                  memory_mib=memory_mib, rdma=values.get('rdma'))
     models = values.get('model')
     if not values:
         # A stock flavor: whatever type each GPU is set up for.
@@ -637,6 +684,12 @@ def parse(extra_specs, catalog, vcpus=0, memory_mb=0, names=None):
         problem = ('flavor asks %d GPU device(s) with gpu: extra specs but '
                    '%d %s from Placement; set %s'
                    % (common['count'], units, rc, wanted))
+    elif common['rdma'] is not None and rdma_units(
+            extra_specs, names) != common['count']:
+        problem = ('flavor asks %d GPU(s) with gpu:rdma=true, one RDMA NIC '
+                   'function each, but %d NIC function(s) (%s %s:N); set '
+                   '%s' % (common['count'], rdma_units(extra_specs, names),
+                           ALIAS_KEY, names.rdma_alias, wanted))
     elif shape == 'mixed':
         problem = ('flavor asks %d GPU devices but its set traits or '
                    'aliases are not those of %d devices; set %s'

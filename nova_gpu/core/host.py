@@ -402,7 +402,7 @@ class Host:
     """A compute host: GPUs, CPU and memory, with allocation state."""
 
     def __init__(self, name, gpus, cpu_milli=0, memory_mib=0, cells=None,
-                 partitions=None):
+                 partitions=None, pcie=None):
         self.name = name
         self.gpus = list(gpus)
         for i, gpu in enumerate(self.gpus):
@@ -418,6 +418,9 @@ class Host:
         # NVSwitch partitions (a core.partitions.PartitionTable) of a host
         # in Shared NVSwitch mode; None where whole GPUs go in any set.
         self.partitions = partitions
+        # The PCIe tree with the RDMA NICs (a core.rdma.PcieTree), or None
+        # where the agent reports none (no gpu:rdma request fits).
+        self.pcie = pcie
 
     @property
     def cpu_free(self):
@@ -441,14 +444,14 @@ class Host:
                 tuple((c.id, c.cpu_milli, c.memory_mib)
                       for _, c in sorted(self.cells.items())),
                 tuple(g.identity() for g in self.gpus), self.snapshot(),
-                self.partitions)
+                self.partitions, self.pcie)
 
     def copy(self, name=None):
         """An independent copy, named ``name`` (default: the same)."""
         host = Host(name or self.name, [g.copy() for g in self.gpus],
                     self.cpu_milli, self.memory_mib,
                     [dataclasses.replace(c) for c in self.cells.values()],
-                    self.partitions)
+                    self.partitions, self.pcie)
         host.cpu_used = self.cpu_used
         host.memory_used = self.memory_used
         return host

@@ -69,6 +69,22 @@ activate (failed NVLinks), ``active`` true while it is activated. Absent
      "partitions": [{"id": 3, "gpus": [0, 1], "supported": true,
                      "active": false}]
 
+Optional in both versions, the PCIe tree for GPUDirect RDMA pairing
+(``nova_gpu.core.rdma``, read by the agent from sysfs: ``agent.pcie``):
+each GPU's PCIe switch (its upstream port) and root complex (host
+bridge), the switches with their ACS state, and the RDMA NIC PFs with
+their VFs, the VFs guests hold and the Placement provider of the VFs.
+Absent (or null): no ``gpu:rdma`` request fits the host::
+
+     "pcie": {"gpus": [{"index": 0, "switch": "0000:16:00.0",
+                        "root": "pci0000:15"}],
+              "switches": [{"id": "0000:16:00.0", "root": "pci0000:15",
+                            "acs_redirect": false, "device": "1000:c030"}],
+              "nics": [{"address": "0000:1a:00.0", "switch": "0000:16:00.0",
+                        "root": "pci0000:15", "vfs": 8, "vfs_used": 1,
+                        "provider": "compute-1_0000:1a:00.0",
+                        "device": "15b3:1021"}]}
+
 Version 1 is the same without ``providers`` and ``boot_id``; each GPU has
 one ``provider`` name instead (a ``pf_mdev`` provider of class VGPU). A
 version 2 GPU entry without ``providers`` is read the same way.
@@ -107,6 +123,7 @@ from nova_gpu.core import drivers as drivers_mod
 from nova_gpu.core import exceptions
 from nova_gpu.core import host as host_mod
 from nova_gpu.core import partitions as partitions_mod
+from nova_gpu.core import rdma as rdma_mod
 from nova_gpu.core import report_schema
 
 VERSION = 2
@@ -143,6 +160,9 @@ VFIO_VGPU_RC = 'CUSTOM_NVIDIA_VGPU'   # vendor-VFIO VFs, pooled per PF
 WHOLE_GPU_RC = 'CUSTOM_NVIDIA_GPU'    # whole GPUs (PFs) for passthrough
 VFIO_VGPU_ALIAS = 'nvidia-vgpu'
 WHOLE_GPU_ALIAS = 'nvidia-gpu'
+# The PCI alias of RDMA NIC functions (ConnectX VFs) in gpu:rdma flavors
+# ([gpu_scheduler] rdma_nic_alias; core.rdma).
+RDMA_NIC_ALIAS = 'rdma-vf'
 
 # -- bounds: a report is untrusted input --
 
@@ -392,7 +412,8 @@ class _Parser:
         addresses = self.gpu_addresses(gpus)
         host = host_mod.Host(self.host, gpus, cpu, memory, cells,
                              self.partitions(data.get('partitions'),
-                                             len(gpus)))
+                                             len(gpus)),
+                             self.pcie(data.get('pcie'), len(gpus)))
         providers, names, vfs = [], set(), {}
         for raw, gpu in zip(raws, gpus):
             self.devices(raw, gpu, host)
@@ -480,6 +501,32 @@ class _Parser:
             return partitions_mod.PartitionTable(parts, gpu_count)
         except exceptions.InvalidRequest as e:
             self.fail('partitions', str(e))
+
+    def pcie(self, raw, gpu_count):
+        """The optional ``pcie`` tree (GPUDirect RDMA), or None."""
+        if raw is None:
+            return None
+        located = [(None, None)] * gpu_count
+        seen = set()
+        for n, entry in enumerate(raw['gpus']):
+            i = entry['index']
+            if i >= gpu_count or i in seen:
+                self.fail('pcie.gpus[%d].index' % n, 'GPU %d %s' % (
+                    i, 'not in the report' if i >= gpu_count
+                    else 'listed twice'))
+            seen.add(i)
+            located[i] = (entry.get('switch'), entry.get('root'))
+        switches = [rdma_mod.Switch(e['id'], e.get('root'),
+                                    e.get('acs_redirect'), e.get('device'))
+                    for e in _absent_empty(raw.get('switches'))]
+        nics = [rdma_mod.Nic(e['address'], e.get('switch'), e.get('root'),
+                             e.get('vfs', 0), e.get('vfs_used', 0),
+                             e.get('provider'), e.get('device'))
+                for e in _absent_empty(raw.get('nics'))]
+        try:
+            return rdma_mod.PcieTree(located, nics, switches)
+        except exceptions.InvalidRequest as e:
+            self.fail('pcie', str(e))
 
     def gpu_addresses(self, gpus):
         """GPU (PF) address -> its field path; each address once."""
@@ -869,7 +916,18 @@ def host_to_dict(host, nodename=None, generation=0, providers=None,
         data['nvidia'] = drivers_to_dict(drivers)
     if host.partitions is not None:
         data['partitions'] = partitions_to_list(host.partitions)
+    if host.pcie is not None:
+        data['pcie'] = pcie_to_dict(host.pcie)
     return data
+
+
+def pcie_to_dict(tree):
+    """The ``pcie`` of a report from a ``core.rdma.PcieTree``."""
+    return {
+        'gpus': [{'index': i, 'switch': s, 'root': r}
+                 for i, (s, r) in enumerate(tree.gpus)],
+        'switches': [s._asdict() for s in tree.switches],
+        'nics': [n._asdict() for n in tree.nics]}
 
 
 def partitions_to_list(table):

@@ -28,6 +28,7 @@ from nova_gpu.core import drivers as drivers_mod
 from nova_gpu.core import health as health_mod
 from nova_gpu.core import host as host_mod
 from nova_gpu.core import partitions as partitions_mod
+from nova_gpu.core import rdma as rdma_mod
 
 # -- bounds: a report is untrusted input (see report.py) --
 
@@ -232,6 +233,43 @@ _PARTITION = {
     },
 }
 
+# The PCIe tree for GPUDirect RDMA pairing (``core.rdma``); switches
+# named by their upstream port's address, root complexes by their host
+# bridge (``pci0000:15``). Cross-references (a GPU's or NIC's switch among
+# the switches, VFs used within VFs) are checked in code.
+_ROOT = _string(empty=True)
+_DEVICE_ID = _string(maxLength=9, pattern='^[0-9a-f]{4}:[0-9a-f]{4}$',
+                     problems=dict.fromkeys(
+                         ('pattern', 'maxLength'), 'must be vendor:device '
+                         'in lower-case hex, e.g. 15b3:1021, got {value}'))
+_PCIE = {
+    'type': ['object', 'null'],
+    'required': ['gpus'],
+    'properties': {
+        'gpus': _array({
+            'type': 'object', 'required': ['index'],
+            'properties': {'index': _integer(MAX_GPUS - 1),
+                           'switch': _null_or(_ADDRESS),
+                           'root': _null_or(_ROOT)}}, MAX_GPUS),
+        'switches': _null_or(_array({
+            'type': 'object', 'required': ['id'],
+            'properties': {'id': _ADDRESS, 'root': _null_or(_ROOT),
+                           'acs_redirect': _null_or(_BOOLEAN),
+                           'device': _null_or(_DEVICE_ID)}},
+            rdma_mod.MAX_SWITCHES)),
+        'nics': _null_or(_array({
+            'type': 'object', 'required': ['address'],
+            'properties': {'address': _ADDRESS,
+                           'switch': _null_or(_ADDRESS),
+                           'root': _null_or(_ROOT),
+                           'vfs': _integer(rdma_mod.MAX_VFS),
+                           'vfs_used': _integer(rdma_mod.MAX_VFS),
+                           'provider': _null_or(_string()),
+                           'device': _null_or(_DEVICE_ID)}},
+            rdma_mod.MAX_NICS)),
+    },
+}
+
 # What a report says of itself: read alone first (``report.parse_header``).
 HEADER = {
     'type': 'object',
@@ -266,6 +304,7 @@ def _report(gpu):
         'left_out': _null_or(_array(_LEFT_OUT, MAX_GPUS)),
         'partitions': _null_or(_array(_PARTITION,
                                       partitions_mod.MAX_PARTITIONS)),
+        'pcie': _PCIE,
     })
     return {'$schema': 'https://json-schema.org/draft/2020-12/schema',
             'type': 'object', 'required': ['gpus'],

@@ -4,6 +4,7 @@ import dataclasses
 
 from nova_gpu.core import exceptions
 from nova_gpu.core import host as host_mod
+from nova_gpu.core import rdma as rdma_mod
 
 TOPOLOGIES = ('any', 'numa', 'nvlink')
 NUMA_AFFINITY = ('none', 'prefer', 'require')
@@ -31,6 +32,7 @@ class GpuRequest:
     models: frozenset = None
     topology: str = 'any'
     numa_affinity: str = 'none'
+    rdma: str = None
 
     def __post_init__(self):
         if self.kind not in host_mod.KINDS:
@@ -61,6 +63,10 @@ class GpuRequest:
             raise exceptions.InvalidRequest(
                 'unknown NUMA affinity %r (allowed: %s)'
                 % (self.numa_affinity, ', '.join(NUMA_AFFINITY)))
+        if self.rdma is not None and self.rdma not in rdma_mod.SCOPES:
+            raise exceptions.InvalidRequest(
+                'unknown RDMA locality %r (allowed: %s)'
+                % (self.rdma, ', '.join(rdma_mod.SCOPES)))
         if self.cpu_milli < 0 or self.memory_mib < 0:
             raise exceptions.InvalidRequest(
                 'CPU and memory must not be negative')

@@ -54,8 +54,9 @@ class DemandWindow:
         self.rebuilt = clock()
         self.seen = False
         self.typical = typical_requests(catalog)
-        self.engine = engine_mod.PlacementEngine(self.distribution(),
-                                                 engine_weights)
+        self.engine = engine_mod.PlacementEngine(
+            self.distribution(), engine_weights,
+            rdma_scope=CONF.gpu_scheduler.rdma_locality)
         self.version = 0
         self.published = None      # clock() of the last publication
         self.published_version = None
@@ -80,8 +81,9 @@ class DemandWindow:
     def rebuild(self):
         self.rebuilt = self.clock()
         self.seen = bool(self.counts)
-        self.engine = engine_mod.PlacementEngine(self.distribution(),
-                                                 self.engine_weights)
+        self.engine = engine_mod.PlacementEngine(
+            self.distribution(), self.engine_weights,
+            rdma_scope=CONF.gpu_scheduler.rdma_locality)
         self.version += 1
 
     def due_publication(self):

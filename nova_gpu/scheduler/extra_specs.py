@@ -46,6 +46,10 @@ _DESCRIPTIONS = {
     'preemptible': 'true (spot: nova-gpu-reclaimer may shelve-offload or '
                    'delete the flavor\'s servers, after a grace period, '
                    'to serve on-demand GPU servers) or false (default).',
+    'rdma': 'true (GPUDirect RDMA: each GPU with one RDMA NIC function, '
+            'pci_passthrough:alias [gpu_scheduler] rdma_nic_alias:N, '
+            'under the same PCIe switch or root complex, [gpu_scheduler] '
+            'rdma_locality) or false (default).',
 }
 
 

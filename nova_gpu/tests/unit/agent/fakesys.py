@@ -17,6 +17,16 @@ import time
 PCI_CONFIG = bytes(64)  # header only; no capabilities list
 
 
+def acs_config(control):
+    """A 4 KiB config space whose one extended capability is ACS (ID
+    0x000d, version 1) with Control register ``control``.
+    """
+    config = bytearray(4096)
+    struct.pack_into('<IHH', config, 0x100, 0x000d | 1 << 16, 0x5f,
+                     control)
+    return bytes(config)
+
+
 def _write(path, text):
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with open(path, 'w') as f:
@@ -57,8 +67,12 @@ class FakeSysfs:
 
     def add_pci(self, addr, device_id, vendor='0x10de', numa_node=0,
                 bridges=None, driver='nvidia', pci_class='0x030200',
-                iommu_group=None, parent_rel=None):
-        """Add a PCI function below ``bridges`` (root port first)."""
+                iommu_group=None, parent_rel=None, config=None):
+        """Add a PCI function below ``bridges`` (root port first).
+
+        ``config``: its config space (bytes; default the 64-byte header
+        an unprivileged reader gets).
+        """
         if self._devs is None:
             self._devs = {}
         if parent_rel is None:
@@ -91,7 +105,7 @@ class FakeSysfs:
             _write(os.path.join(d, name), value + '\n')
         with open(os.path.join(d, 'config'), 'wb') as f:
             f.write(bytes.fromhex(ven)[::-1] + bytes.fromhex(dev)[::-1]
-                    + PCI_CONFIG[4:])
+                    + (config or PCI_CONFIG)[4:])
         _link('bus/pci', os.path.join(d, 'subsystem'), self.root)
         _link(rel, self.path('bus/pci/devices', addr), self.root)
         if iommu_group is None:
@@ -184,11 +198,51 @@ class FakeSysfs:
         _write(self.path(self._devs[vf], 'nvidia', 'current_vgpu_type'),
                '%d\n' % type_id)
 
-    def _add_sriov_vfs(self, addr, count, first_fn):
+    # -- PCIe switches and RDMA NICs (GPUDirect RDMA, agent.pcie) ---------
+
+    def add_pcie_switch(self, root_port, upstream, downstream, device,
+                        vendor='0x1000', acs_control=None, numa_node=0):
+        """Add a root port and a PCIe switch below it: its upstream port
+        and ``downstream`` ports, PCI-to-PCI bridges (class 0x0604).
+
+        ``acs_control``: the ACS Control register of every downstream
+        port, in a 4 KiB config space as root reads it (None: the 64-byte
+        header an unprivileged reader gets, ACS unreadable). Devices go
+        below with ``bridges=(root_port, upstream, downstream[k])``.
+        """
+        rel = 'devices/pci%s' % root_port[:7]
+        for addr, config in ((root_port, None), (upstream, None)):
+            self.add_pci(addr, device if addr == upstream else '0x1bb2',
+                         vendor=vendor if addr == upstream else '0x8086',
+                         numa_node=numa_node, driver='pcieport',
+                         pci_class='0x060400', parent_rel=rel,
+                         config=config)
+            rel = self._devs[addr]
+        for port in downstream:
+            self.add_pci(port, device, vendor=vendor, numa_node=numa_node,
+                         driver='pcieport', pci_class='0x060400',
+                         parent_rel=rel, config=None if acs_control is None
+                         else acs_config(acs_control))
+
+    def add_nic(self, addr, bridges, vfs, device_id='0x1021',
+                vf_device='0x101e', numa_node=0, pci_class='0x020700'):
+        """Add an RDMA NIC PF (ConnectX-7 by default, InfiniBand class)
+        with ``vfs`` SR-IOV VFs bound to ``mlx5_core``; returns the VFs.
+        """
+        self.add_pci(addr, device_id, vendor='0x15b3', numa_node=numa_node,
+                     bridges=bridges, driver='mlx5_core',
+                     pci_class=pci_class)
+        return self._add_sriov_vfs(addr, vfs, 1, vendor='0x15b3',
+                                   device_id=vf_device, driver='mlx5_core',
+                                   pci_class=pci_class)
+
+    def _add_sriov_vfs(self, addr, count, first_fn, vendor='0x10de',
+                       device_id=None, driver='nvidia',
+                       pci_class='0x030200'):
         vfs = []
         parent_rel = os.path.dirname(self._devs[addr])
         with open(self.path(self._devs[addr], 'device')) as f:
-            dev = f.read().strip()
+            dev = device_id or f.read().strip()
         with open(self.path(self._devs[addr], 'numa_node')) as f:
             numa = int(f.read())
         _write(self.path(self._devs[addr], 'sriov_totalvfs'), '%d\n' % count)
@@ -196,7 +250,8 @@ class FakeSysfs:
         for i in range(count):
             fn = first_fn + i
             vf = '%s%02x.%d' % (addr[:8], fn // 8, fn % 8)
-            self.add_pci(vf, dev, numa_node=numa, driver='nvidia',
+            self.add_pci(vf, dev, vendor=vendor, numa_node=numa,
+                         driver=driver, pci_class=pci_class,
                          parent_rel=parent_rel)
             _link(self._devs[addr], self.path(self._devs[vf], 'physfn'),
                   self.root)

@@ -274,9 +274,11 @@ class PathTest(base.TestCase):
             vfio_vgpu_alias = 'f'
             vgpu_backend = 'vfio'
             max_gpu_count = 6
+            rdma_locality = 'root-complex'
+            rdma_nic_alias = 'cx7-vf'
         self.assertEqual(
             flavor.PathNames('CUSTOM_V', 'CUSTOM_W', 'CUSTOM_F', 'w', 'f',
-                             'vfio', 6),
+                             'vfio', 6, 'root-complex', 'cx7-vf'),
             flavor.PathNames.from_options(Options))
         self.assertEqual('X', flavor.PathNames.from_options(
             Options, vgpu_rc='X').vgpu_rc)
