@@ -103,6 +103,9 @@ class Agent:
             threshold=opts.idle_threshold, idle_after=opts.idle_after,
             max_gap=max(300, 2 * opts.reconcile_interval))
             if opts.idle_threshold > 0 else None)
+        # NVML GPM samples of the GPU instances (MIG), one per instance
+        # from the last pass: their activity is measured between two.
+        self.gpm_samples = {}
         # Carve to demand ([gpu_agent] carve_enabled): the demand the
         # service's listener feeds, and the loop that plans with it.
         self.demand = None
@@ -276,7 +279,8 @@ class Agent:
             return
         try:
             idle_mod.annotate(report,
-                              exporter_mod.utilisation_samples(self.nvml),
+                              exporter_mod.utilisation_samples(
+                                  self.nvml, self.gpm_samples),
                               self.idle, self.catalog,
                               time.time() if now is None else now)
         except Exception:

@@ -65,6 +65,7 @@ DEVICE_LABELS = ('host', 'gpu', 'kind', 'device', 'profile',
 # NVML itself is thread-safe; this keeps two concurrent scrapes from
 # interleaving their reads of the vGPU sample buffers.
 nvml_lock = threading.Lock()
+MIB = 2 ** 20
 # Device kinds as the metrics name them.
 VGPU, MIG, PASSTHROUGH = 'vgpu', 'mig', 'passthrough'
 
@@ -396,14 +397,29 @@ class HostCollector:
                 gauges['vmem'].add_metric(labels, fb)
 
 
-def utilisation_samples(nvml):
-    """What NVML reads now of each GPU's and vGPU's use (``core.idle``).
+def utilisation_samples(nvml, gpm=None):
+    """What NVML reads now of each GPU's, vGPU's and GPU instance's use
+    (``core.idle``).
 
     The readings the series above are made of, for the agent's idle
-    windows: ``{'gpus': {address: {'compute', 'memory_mib'}}, 'vgpus':
-    {address: [{'mdev', 'vm', 'compute', 'memory_mib'}]}}`` (compute as a
-    share of the GPU, 0..1; a value NVML cannot read is None). None
-    when NVML is not available. Never raises for one value.
+    windows::
+
+        {'gpus': {address: {'compute', 'memory_mib'}},
+         'vgpus': {address: [{'mdev', 'vm', 'gi', 'compute',
+                              'memory_mib'}]},
+         'migs': {address: [{'gi', 'start', 'compute', 'memory_mib'}]}}
+
+    A GPU's and a vGPU's compute is a share of the GPU's time (0..1); a
+    GPU instance's (MIG) a share of the instance, from NVML's GPU
+    Performance Monitoring (GPM, Hopper and later: the graphics activity
+    between this pass's sample and the last one, kept in ``gpm``, a dict
+    the caller keeps between passes; None: not read). Its frame buffer is
+    read from its MIG device. A vGPU's ``gi`` is the GPU instance it runs
+    on (MIG-backed). A value NVML cannot read is None: a GPU in MIG mode
+    has no utilisation of its own, an A100's instances no compute, and a
+    GPU passed through to a guest is not the host's to read at all (NVML
+    does not list it). None when NVML is not available. Never raises for
+    one value.
     """
     if nvml is None or not nvml.available:
         return None
@@ -415,7 +431,8 @@ def utilisation_samples(nvml):
         except Exception as e:  # NVMLError, NotSupported, missing API
             LOG.debug('NVML %s: %s', getattr(fn, '__name__', fn), e)
             return None
-    gpus, vgpus = {}, {}
+    gpus, vgpus, migs = {}, {}, {}
+    seen = set()
     with nvml_lock:
         for index in range(read(lib.nvmlDeviceGetCount) or 0):
             dev = read(lib.nvmlDeviceGetHandleByIndex, index)
@@ -428,7 +445,10 @@ def utilisation_samples(nvml):
             used = getattr(mem, 'used', None)
             gpus[address] = {
                 'compute': util.gpu / 100.0 if util is not None else None,
-                'memory_mib': used / 2 ** 20 if used is not None else None}
+                'memory_mib': used / MIB if used is not None else None}
+            instances = _mig_readings(nvml, read, dev, address, gpm, seen)
+            if instances:
+                migs[address] = instances
             active = read(lib.nvmlDeviceGetActiveVgpus, dev) or []
             if not active:
                 continue
@@ -443,10 +463,80 @@ def utilisation_samples(nvml):
                 fb = read(lib.nvmlVgpuInstanceGetFbUsage, vgpu)
                 mine.append({
                     'mdev': _mdev_of(lib, read, vgpu), 'vm': uuid,
+                    'gi': read(getattr(lib, 'nvmlVgpuInstanceGetGpuInstanceId',
+                                       None), vgpu),
                     'compute': (util[int(vgpu)] / 100.0
                                 if int(vgpu) in util else None),
-                    'memory_mib': fb / 2 ** 20 if fb is not None else None})
-    return {'gpus': gpus, 'vgpus': vgpus}
+                    'memory_mib': fb / MIB if fb is not None else None})
+        if gpm is not None:
+            for key in set(gpm) - seen:   # instances gone: free samples
+                read(lib.nvmlGpmSampleFree, gpm.pop(key))
+    return {'gpus': gpus, 'vgpus': vgpus, 'migs': migs}
+
+
+def _mig_readings(nvml, read, dev, address, gpm, seen):
+    """[{'gi', 'start', 'compute', 'memory_mib'}] of a MIG GPU's GPU
+    instances (``utilisation_samples``); [] for a GPU not in MIG mode.
+    """
+    lib = nvml.lib
+    mode = read(lib.nvmlDeviceGetMigMode, dev)
+    if not mode or mode[0] != lib.NVML_DEVICE_MIG_ENABLE:
+        return []
+    instances = read(nvml.mig_instances, dev) or []
+    memory = {}
+    for i in range(read(lib.nvmlDeviceGetMaxMigDeviceCount, dev) or 0):
+        mig = read(lib.nvmlDeviceGetMigDeviceHandleByIndex, dev, i)
+        if mig is None:
+            continue   # no MIG device at that index
+        gi = read(lib.nvmlDeviceGetGpuInstanceId, mig)
+        used = getattr(read(lib.nvmlDeviceGetMemoryInfo, mig), 'used', None)
+        if gi is not None and used is not None:
+            memory[gi] = used / MIB
+    support = read(lib.nvmlGpmQueryDeviceSupport, dev) if gpm is not None \
+        else None
+    out = []
+    for inst in instances:
+        compute = None
+        if getattr(support, 'isSupportedDevice', 0):
+            key = (address, inst.gi_id)
+            seen.add(key)
+            compute = _gpm_activity(lib, read, dev, inst.gi_id, key, gpm)
+        out.append({'gi': inst.gi_id, 'start': inst.start,
+                    'compute': compute,
+                    'memory_mib': memory.get(inst.gi_id)})
+    return out
+
+
+def _gpm_activity(lib, read, dev, gi_id, key, gpm):
+    """GPM's graphics activity of GPU instance ``gi_id`` since the last
+    pass (0..1), or None; this pass's sample replaces it in ``gpm``.
+    """
+    sample = read(lib.nvmlGpmSampleAlloc)
+    if sample is None:
+        return None
+    if read(lib.nvmlGpmMigSampleGet, dev, gi_id, sample) is None:
+        read(lib.nvmlGpmSampleFree, sample)
+        return None
+    before = gpm.pop(key, None)
+    gpm[key] = sample
+    if before is None:
+        return None   # the first sample: activity needs two
+    try:
+        metrics = lib.c_nvmlGpmMetricsGet_t()
+        metrics.version = lib.NVML_GPM_METRICS_GET_VERSION
+        metrics.numMetrics = 1
+        metrics.sample1, metrics.sample2 = before, sample
+        metrics.metrics[0].metricId = lib.NVML_GPM_METRIC_GRAPHICS_UTIL
+        lib.nvmlGpmMetricsGet(metrics)
+        found = metrics.metrics[0]
+        if found.nvmlReturn != lib.NVML_SUCCESS:
+            return None
+        return min(1.0, max(0.0, found.value / 100.0))
+    except Exception as e:  # NVMLError, an older binding
+        LOG.debug('NVML GPM of GPU instance %s: %s', gi_id, e)
+        return None
+    finally:
+        read(lib.nvmlGpmSampleFree, before)
 
 
 def _mdev_of(lib, read, vgpu):

@@ -283,20 +283,52 @@ def gpu_key(address):
     return 'gpu:%s' % address
 
 
-def _reading(kind, dev, gpu_sample, vgpus):
-    """(compute, memory MiB) of one report device from a pass's samples."""
-    if kind == host_mod.WHOLE:
-        return (gpu_sample.get('compute'), gpu_sample.get('memory_mib'))
-    if kind not in (host_mod.VGPU, host_mod.MIG):
-        return None, None   # a share: NVML gives no figure of its own
+def _vgpu_of(dev, vgpus):
+    """The vGPU sample of a report device: by its mdev UUID, else its
+    guest's when that guest has one vGPU on the GPU; None when none or
+    which is which cannot be told.
+    """
     uuid = (dev.get('uuid') or '').lower()
     instance = (dev.get('instance') or '').lower()
     found = [v for v in vgpus if uuid and v.get('mdev') == uuid]
     if not found and instance:
         found = [v for v in vgpus if v.get('vm') == instance]
-    if len(found) != 1:
-        return None, None   # none, or which is which cannot be told
-    return found[0].get('compute'), found[0].get('memory_mib')
+    return found[0] if len(found) == 1 else None
+
+
+def _reading(kind, dev, size, gpu_sample, vgpus, migs):
+    """(compute as a share of one GPU, memory MiB) of one report device
+    from a pass's samples; None for what NVML did not give.
+
+    * a whole GPU: the GPU's own figures (NVML on the host does not list
+      a GPU passed through to a guest: none);
+    * a vGPU (mdev on a full GPU, or a vendor-VFIO VF): its vGPU's;
+    * a GPU instance (MIG, a MIG-backed vGPU's or not): the instance's
+      (its activity is a share of the instance: times the instance's
+      share of the GPU), else the one vGPU running on it;
+    * a share: NVML gives no figure of its own.
+    """
+    if kind == host_mod.WHOLE:
+        return gpu_sample.get('compute'), gpu_sample.get('memory_mib')
+    if kind == host_mod.VGPU:
+        vgpu = _vgpu_of(dev, vgpus) or {}
+        return vgpu.get('compute'), vgpu.get('memory_mib')
+    if kind != host_mod.MIG:
+        return None, None
+    start = (dev.get('detail') or [None, None])[1]
+    inst = next((m for m in migs if m.get('start') == start), {})
+    if inst.get('gi') is not None:
+        # The instance is known: only a vGPU NVML runs on it is its own.
+        on = [v for v in vgpus if v.get('gi') == inst['gi']]
+        vgpu = on[0] if len(on) == 1 else {}
+    else:
+        vgpu = _vgpu_of(dev, vgpus) or {}
+    compute = inst.get('compute')
+    compute = (compute * size.compute if compute is not None
+               else vgpu.get('compute'))
+    memory = inst.get('memory_mib')
+    return compute, memory if memory is not None else vgpu.get(
+        'memory_mib')
 
 
 def annotate(report, samples, tracker, catalog, now):
@@ -306,9 +338,12 @@ def annotate(report, samples, tracker, catalog, now):
     what NVML read this pass, None when it read nothing::
 
         {'gpus': {address: {'compute': 0..1, 'memory_mib': MiB}},
-         'vgpus': {address: [{'mdev': uuid, 'vm': uuid,
-                              'compute': share of the GPU,
-                              'memory_mib': MiB}, ...]}}
+         'vgpus': {address: [{'mdev': uuid, 'vm': uuid, 'gi': GPU
+                              instance id, 'compute': share of the GPU,
+                              'memory_mib': MiB}, ...]},
+         'migs': {address: [{'gi': GPU instance id, 'start': slice,
+                             'compute': share of the instance,
+                             'memory_mib': MiB}, ...]}}
 
     (a value NVML cannot read is None or absent). Each idle device gets
     ``idle`` (``since``, ``seconds``, ``peak_compute``,
@@ -319,6 +354,7 @@ def annotate(report, samples, tracker, catalog, now):
     samples = samples or {}
     gpu_samples = samples.get('gpus') or {}
     vgpu_samples = samples.get('vgpus') or {}
+    mig_samples = samples.get('migs') or {}
     readings, found = {}, []
     models = list(catalog.models.values())
     for gpu in report.get('gpus', ()):
@@ -331,6 +367,7 @@ def annotate(report, samples, tracker, catalog, now):
         readings[gpu_key(address)] = (1.0, mine.get('compute'),
                                       mine.get('memory_mib'))
         vgpus = vgpu_samples.get(address) or ()
+        migs = mig_samples.get(address) or ()
         for dev in gpu.get('devices') or ():
             if not isinstance(dev, dict):
                 continue
@@ -340,7 +377,7 @@ def annotate(report, samples, tracker, catalog, now):
             except Exception:  # an odd device is no one's verdict
                 continue
             key = _device_key(address, dev)
-            compute, memory = _reading(kind, dev, mine, vgpus)
+            compute, memory = _reading(kind, dev, size, mine, vgpus, migs)
             readings[key] = (size.compute, compute, memory)
             found.append((dev, key, model, size))
         if gpu.get('devices'):

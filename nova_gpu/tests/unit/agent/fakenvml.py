@@ -72,6 +72,13 @@ class FakeGpu:
         self.clock_reasons = 0
         self.health_counters = True
         self.events_supported = 0x8 | 0x2  # Xid critical, double-bit ECC
+        # Use of each GPU instance (MIG): the share of time its engines
+        # were busy over the last pass (0-100, NVML GPM's graphics
+        # activity) and the frame buffer it uses (MiB). GPM (GPU
+        # Performance Monitoring) exists from Hopper on.
+        self.gi_util = {}
+        self.gi_memory_used = {}
+        self.gpm = any(g in name for g in ('H100', 'H200', 'B200'))
 
 
 class FakePynvml(types.SimpleNamespace):
@@ -260,6 +267,84 @@ class FakePynvml(types.SimpleNamespace):
                 return dev.vgpus[vgpu]
         raise pynvml.NVMLError_NotFound()
 
+    # -- MIG devices and GPM (per GPU instance use) -------------------------
+
+    def nvmlDeviceGetMaxMigDeviceCount(self, dev):
+        if not dev.mig:
+            return 0
+        return 7
+
+    def nvmlDeviceGetMigDeviceHandleByIndex(self, dev, index):
+        """A MIG device per compute instance; NVML_ERROR_NOT_FOUND where
+        there is none at ``index`` (nvml.h).
+        """
+        self._sync()
+        found = [(gi_id, n) for gi_id, gi in sorted(dev.gis.items())
+                 for n in range(gi['cis'])]
+        if not dev.mig or not 0 <= index < len(found):
+            raise pynvml.NVMLError_NotFound()
+        return types.SimpleNamespace(parent=dev, gi_id=found[index][0])
+
+    def nvmlDeviceGetGpuInstanceId(self, mig):
+        if not hasattr(mig, 'gi_id'):
+            raise pynvml.NVMLError_InvalidArgument()  # not a MIG device
+        return mig.gi_id
+
+    def mig_memory_info(self, mig):
+        """``nvmlDeviceGetMemoryInfo`` of a MIG device: its instance's."""
+        dev = mig.parent
+        total = dev.gis[mig.gi_id]['size'] * dev.memory_mib // 8
+        return types.SimpleNamespace(
+            total=total * 2 ** 20,
+            used=dev.gi_memory_used.get(mig.gi_id, 0) * 2 ** 20)
+
+    def nvmlGpmQueryDeviceSupport(self, dev):
+        return types.SimpleNamespace(version=1,
+                                     isSupportedDevice=int(dev.gpm))
+
+    def nvmlGpmSampleAlloc(self):
+        self.gpm_samples = getattr(self, 'gpm_samples', {})
+        self.gpm_next = getattr(self, 'gpm_next', 0) + 1
+        self.gpm_samples[self.gpm_next] = None
+        return ctypes.cast(ctypes.c_void_p(self.gpm_next),
+                           pynvml.c_nvmlGpmSample_t)
+
+    def _sample_key(self, sample):
+        key = ctypes.cast(sample, ctypes.c_void_p).value
+        if key not in getattr(self, 'gpm_samples', {}):
+            raise pynvml.NVMLError_InvalidArgument()  # freed or foreign
+        return key
+
+    def nvmlGpmSampleFree(self, sample):
+        del self.gpm_samples[self._sample_key(sample)]
+
+    def nvmlGpmMigSampleGet(self, dev, gi_id, sample):
+        """NVML_ERROR_NOT_SUPPORTED before Hopper (nvml.h, GPM)."""
+        if not dev.gpm:
+            raise pynvml.NVMLError_NotSupported()
+        if gi_id not in dev.gis:
+            raise pynvml.NVMLError_NotFound()
+        self.gpm_samples[self._sample_key(sample)] = (
+            id(dev), gi_id, dev.gi_util.get(gi_id, 0))
+        return sample
+
+    def nvmlGpmMetricsGet(self, metrics):
+        """Each metric between ``sample1`` and ``sample2`` (taken of the
+        same instance, in that order); here the activity the later one
+        recorded.
+        """
+        first = self.gpm_samples[self._sample_key(metrics.sample1)]
+        second = self.gpm_samples[self._sample_key(metrics.sample2)]
+        if first is None or second is None or first[:2] != second[:2]:
+            raise pynvml.NVMLError_InvalidArgument()
+        for i in range(metrics.numMetrics):
+            m = metrics.metrics[i]
+            if m.metricId == pynvml.NVML_GPM_METRIC_GRAPHICS_UTIL:
+                m.value, m.nvmlReturn = float(second[2]), pynvml.NVML_SUCCESS
+            else:
+                m.nvmlReturn = pynvml.NVML_ERROR_NOT_SUPPORTED
+        return metrics
+
     # -- init ---------------------------------------------------------------
 
     def nvmlInit(self):
@@ -304,6 +389,8 @@ class FakePynvml(types.SimpleNamespace):
         return dev.name
 
     def nvmlDeviceGetMemoryInfo(self, dev):
+        if hasattr(dev, 'gi_id'):
+            return self.mig_memory_info(dev)
         return types.SimpleNamespace(total=dev.memory_mib * 2 ** 20)
 
     def nvmlDeviceGetNumaNodeId(self, dev):
