@@ -19,6 +19,8 @@ from nova_gpu.agent import nvml as nvml_mod
 from nova_gpu.core import catalog as catalog_mod
 from nova_gpu.exporter import cloud
 from nova_gpu.exporter import collector
+from nova_gpu.exporter import idle_notices
+from nova_gpu.exporter import usage
 from nova_gpu import tests
 from nova_gpu.tests.unit.exporter import test_cloud
 from nova_gpu.tests.unit.exporter import test_host_exporter
@@ -54,9 +56,20 @@ def emitted_names():
         'kind': 'mig', 'detail': ['3g.20gb', 0, None], 'instance': 's1',
         'idle': {'since': 0.0, 'seconds': 1800.0, 'peak_compute': 0.0,
                  'peak_memory_mib': 100.0, 'suggestion': '1g.5gb'}}]
-    state.ingest_report(report)
+    # Usage for billing and idle-owner notices, so that theirs are too.
+    clock = test_cloud.Clock()
+    state.clock = clock
+    book = usage.UsageBook(projects=lambda server: 'p1', clock=clock)
+    state.report_observers.append(book.observe)
+    notices = idle_notices.IdleNotices(lambda: None, None)
+    for generation in (1, 2):
+        report = dict(report, generation=generation)
+        state.ingest_report(report)
+        clock.now += 60
+    book.write()
     names = set()
-    for c in (host, collector.CloudCollector(state)):
+    for c in (host, collector.CloudCollector(state, usage=book,
+                                             idle_notices=notices)):
         registry = prometheus_client.CollectorRegistry()
         registry.register(c)
         for family in registry.collect():
@@ -100,6 +113,12 @@ class NamesTest(testtools.TestCase):
                  for t in p.get('targets', ())]
         used = names_in('\n'.join(exprs))
         self.assertGreater(len(used), 15)
+        # #27: GPU health, idle devices and usage per project are shown
+        for name in ('nova_gpu_cloud_quarantined_gpus',
+                     'nova_gpu_gpu_quarantined',
+                     'nova_gpu_device_idle_seconds',
+                     'nova_gpu_usage_gpu_seconds_total'):
+            self.assertIn(name, used)
         self.assertEqual(set(), used - emitted_names())
         ids = [p['id'] for p in dashboard['panels']]
         self.assertEqual(len(ids), len(set(ids)))
