@@ -111,6 +111,14 @@ class PcieTree:
     def __repr__(self):
         return 'PcieTree(%r, %r, %r)' % self._key
 
+    def state(self):
+        """Hashable: what pairing depends on, without the provider names
+        (which name the host): hosts of one server type in the same state
+        share it.
+        """
+        return (self.gpus, tuple(n._replace(provider=None)
+                                 for n in self.nics), self.switches)
+
     def nic_of_provider(self, name):
         """The Nic whose VFs provider ``name`` stands for, or None."""
         return self._by_provider.get(name)

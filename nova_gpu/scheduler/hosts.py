@@ -130,7 +130,7 @@ class HostEntry:
                  'rp_sets', 'topology_key', 'state_key', 'failures',
                  'last_ranking', 'drivers', 'unit_names', 'unit_uuids',
                  'last_order', 'left_out', 'lost_names', 'lost_uuids',
-                 'matched')
+                 'matched', 'nic_names', 'nic_uuids')
 
     def __init__(self, nodename, host, providers, generation, received,
                  provider_info=None, boot_id=None, drivers=None,
@@ -144,6 +144,13 @@ class HostEntry:
         self.lost_names = frozenset(
             name for gpu in left_out for name in gpu.providers) or None
         self.lost_uuids = None
+        # Names, then UUIDs (UUID -> NIC PF address), of the providers of
+        # the RDMA NICs' VFs (core.rdma): which NIC a candidate's VFs
+        # come from (``nic_vfs``).
+        tree = host.pcie
+        self.nic_names = frozenset(
+            n.provider for n in tree.nics if n.provider) if tree else None
+        self.nic_uuids = None
         # core.drivers.DriverInfo the report carried (GpuDriverFilter).
         self.drivers = drivers
         # The host as reported, shared with every host reported in the same
@@ -178,7 +185,10 @@ class HostEntry:
             tuple((g.numa_node, g.pcie_switch, tuple(sorted(g.nvlink_peers)))
                   for g in host.gpus),
             tuple((c.id, c.cpu_milli, c.memory_mib)
-                  for _, c in sorted(host.cells.items()))))
+                  for _, c in sorted(host.cells.items())),
+            # NVSwitch partitions, the PCIe tree and its NICs' free VFs:
+            # they decide which GPU sets serve too.
+            host.partitions, host.pcie and host.pcie.state()))
         self.state_key = None
         # (memo key, Ranking) of the last ranking asked: a host unchanged
         # since the last request finds it without a shared-cache lookup.
@@ -232,6 +242,21 @@ class HostEntry:
         if not units:
             return frozenset()
         return units.intersection(candidate['allocations'])
+
+    def nic_vfs(self, candidate):
+        """{NIC PF address: VFs} a candidate allocates on the RDMA NICs'
+        providers (empty when none, or their UUIDs are not known yet).
+        """
+        nics = self.nic_uuids
+        if not nics:
+            return {}
+        found = {}
+        for rp_uuid, allocation in candidate['allocations'].items():
+            address = nics.get(rp_uuid)
+            if address is not None:
+                found[address] = found.get(address, 0) + sum(
+                    allocation['resources'].values())
+        return found
 
     def first_failure(self, who, why):
         """True the first time ``(who, why)`` happens on this report."""
@@ -550,11 +575,13 @@ class Hosts:
                 # every claim counted so far.
                 entry.version = old.version + 1
                 if (old.providers == providers
-                        and old.lost_names == entry.lost_names):
+                        and old.lost_names == entry.lost_names
+                        and old.nic_names == entry.nic_names):
                     entry.uuids = old.uuids
                     entry.mig_uuids = old.mig_uuids
                     entry.unit_uuids = old.unit_uuids
                     entry.lost_uuids = old.lost_uuids
+                    entry.nic_uuids = old.nic_uuids
                     known = len(old.uuids) == len(providers)
                 entry.matched = old.matched
             self._hosts[entry.nodename] = entry
@@ -596,7 +623,8 @@ class Hosts:
             return
         try:
             found = self.resolver(entry.nodename, sorted(entry.providers)
-                                  + sorted(entry.lost_names or ()))
+                                  + sorted(entry.lost_names or ())
+                                  + sorted(entry.nic_names or ()))
         except Exception as e:  # the next report retries
             LOG.warning('Cannot resolve the GPU providers of %s yet: %s',
                         entry.nodename, e)
@@ -621,11 +649,17 @@ class Hosts:
         lost = entry.lost_names
         lost_uuids = lost and frozenset(
             uuid for name, uuid in uuids_by_name.items() if name in lost)
+        tree = entry.host.pcie
+        nic_uuids = entry.nic_names and {
+            uuid: tree.nic_of_provider(name).address
+            for name, uuid in uuids_by_name.items()
+            if name in entry.nic_names}
         with self._lock:
             entry.uuids = uuids
             entry.mig_uuids = mig_uuids or None
             entry.unit_uuids = unit_uuids or None
             entry.lost_uuids = lost_uuids or None
+            entry.nic_uuids = nic_uuids or None
             entry.rp_sets = None
             entry.last_order = None
 

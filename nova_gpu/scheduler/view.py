@@ -34,6 +34,7 @@ from nova_gpu.core import host as host_mod
 from nova_gpu.scheduler import demand_window as demand_mod
 from nova_gpu.scheduler import gpu_spec
 from nova_gpu.scheduler import hosts as hosts_mod
+from nova_gpu.scheduler import nic_pairs
 from nova_gpu.scheduler import ranking as ranking_mod
 
 LOG = logging.getLogger(__name__)
@@ -275,8 +276,10 @@ class GpuView:
         else:
             # In GPU indices, so that hosts in the same state share the
             # memo.
-            gpu_sets = entry.gpu_sets(candidates, request.classes,
-                                      offered)
+            gpu_sets = nic_pairs.paired(entry, spec, candidates,
+                                        entry.gpu_sets(candidates,
+                                                       request.classes,
+                                                       offered))
             known = ranking.orders.get(gpu_sets)
             if known is None:
                 known = ranking_mod.order(
@@ -291,8 +294,9 @@ class GpuView:
                                       offered, gpu_sets))
         if full:
             if gpu_sets is None:
-                gpu_sets = entry.gpu_sets(candidates, request.classes,
-                                          offered)
+                gpu_sets = nic_pairs.paired(
+                    entry, spec, candidates, entry.gpu_sets(
+                        candidates, request.classes, offered))
             order, best, ties = self._without_full(
                 entry, spec, ranking, candidates, gpu_sets, order, best,
                 ties, full)
@@ -363,6 +367,10 @@ class GpuView:
     def _none_serves(entry, ranking, candidates, request, offered,
                      gpu_sets):
         """Why none of the candidates Placement offered can serve."""
+        if nic_pairs.scope_of(request.spec) is not None:
+            # gpu:rdma: the reported state pairs some GPU set (a ranking),
+            # Placement's candidates none.
+            return nic_pairs.why_none(entry, request.spec)
         if entry.lost_uuids:
             if gpu_sets is None:
                 gpu_sets = entry.gpu_sets(candidates, request.classes,

@@ -118,6 +118,56 @@ VF_TYPINGS = (PRESET, ON_DEMAND)
 # (e.g. 0000:41:00.4 on an A100).
 FIRST_VF_FUNCTION = 4
 NVIDIA_VENDOR = '10de'
+# ConnectX-7 (gpu:rdma hosts): PF and VF product ids.
+MELLANOX_VENDOR = '15b3'
+CX7_PF = '1021'
+CX7_VF = '101e'
+RDMA_NIC_PATH = 'rdma_nic'  # service_conf.PATH_FILES key of the NIC VFs
+
+
+@dataclasses.dataclass(frozen=True)
+class RdmaLayout:
+    """GPUs and ConnectX NICs below PCIe switches (``GpuHost.rdma``).
+
+    ``gpu_switches[i]``: the switch of GPU ``i``; ``nic_switches[n]``: that
+    of NIC ``n``; ``roots[s]``: the root complex of switch ``s``; ``vfs``:
+    VFs per NIC, each in ``[pci] device_spec`` (nova-compute-rdma-nic.conf).
+    """
+
+    gpu_switches: tuple
+    nic_switches: tuple
+    roots: tuple
+    vfs: int = 4
+
+    @classmethod
+    def hgx_h100(cls, vfs=4, nic_switches=None):
+        """The HGX H100 layout of the agent's fake sysfs
+        (``tests/unit/agent/hgx_pcie.py``: 4 switches, 2 GPUs and 2 NICs
+        each); ``nic_switches`` moves the NICs.
+        """
+        from nova_gpu.tests.unit.agent import hgx_pcie
+        switches = list(hgx_pcie.SWITCHES)
+        return cls(tuple(switches.index(hgx_pcie.switch_of(g))
+                         for g in hgx_pcie.GPUS),
+                   tuple(switches.index(hgx_pcie.switch_of(n))
+                         for n in hgx_pcie.NICS)
+                   if nic_switches is None else tuple(nic_switches),
+                   tuple(sw.root for sw in switches), vfs)
+
+    @staticmethod
+    def switch_id(switch):
+        """The upstream port address naming switch ``switch``."""
+        return pci_address(0xc0 + switch, 0, 0)
+
+    def nics(self, host_index):
+        """``[(PF address, [VF addresses], switch)]`` on a host."""
+        found = []
+        for n, switch in enumerate(self.nic_switches):
+            bus = 0x10 * (host_index + 1) + 8 + n
+            found.append((pci_address(bus, 0, 0),
+                          [pci_address(bus, (1 + k) // 8, (1 + k) % 8)
+                           for k in range(self.vfs)], switch))
+        return found
 
 
 @dataclasses.dataclass(frozen=True)
@@ -142,6 +192,9 @@ class GpuHost:
     Manager's Shared NVSwitch mode, its ``core.partitions.PartitionTable``
     (``passthrough`` only); the report marks a partition active while one
     guest holds exactly its GPUs, as the qemu hook activates it.
+    ``rdma``: an ``RdmaLayout`` of PCIe switches and ConnectX-7 NICs whose
+    VFs are PCI devices in Placement (gpu:rdma); the report carries the
+    PCIe tree (``pcie``) as ``[gpu_agent] report_pcie_tree`` makes it.
     """
 
     name: str
@@ -155,6 +208,7 @@ class GpuHost:
     vfs: int = None
     vf_types: str = PRESET
     partitions: object = None
+    rdma: object = None
 
     def __post_init__(self):
         model = _CATALOG.model(self.model)
@@ -199,6 +253,11 @@ class GpuHost:
         if self.partitions is not None and path != PASSTHROUGH:
             raise ValueError('%s: NVSwitch partitions are for whole GPUs '
                              '(passthrough) only' % self.name)
+        if self.rdma is not None and (
+                len(self.rdma.gpu_switches) != self.gpus or self.gpus > 8
+                or len(self.rdma.nic_switches) > 8):
+            raise ValueError('%s: an RDMA layout names each GPU\'s switch '
+                             '(at most 8 GPUs and 8 NICs)' % self.name)
 
     def numa_of(self, index):
         return self.numa[index] if self.numa else index * 2 // self.gpus
@@ -427,6 +486,26 @@ def _host_devices(spec, host_index):
                 state, 'VF', vf, parent=pf, mdev=spec.path == VF_MDEV,
                 iommu_group=next(group),
                 driver='nvidia' if spec.path == VF_MDEV else 'nvidia-vfio')
+    if spec.rdma is not None:
+        for pf, vfs, switch in spec.rdma.nics(host_index):
+            bus = int(pf.split(':')[1], 16)
+            numa = spec.numa_of(spec.rdma.gpu_switches.index(switch)) if (
+                switch in spec.rdma.gpu_switches) else 0
+            info.devices[libvirt_name(pf)] = fakelibvirt.FakePCIDevice(
+                'PF', bus, 0, 0, next(group), numa, vf_ratio=len(vfs),
+                vend_id=MELLANOX_VENDOR, vend_name='Mellanox Technologies',
+                prod_id=CX7_PF, prod_name='MT2910 Family [ConnectX-7]',
+                driver_name='mlx5_core')
+            for vf in vfs:
+                slot, function = (int(p, 16) for p in
+                                  re.split('[:.]', vf)[2:])
+                info.devices[libvirt_name(vf)] = fakelibvirt.FakePCIDevice(
+                    'VF', bus, slot, function, next(group), numa,
+                    vf_ratio=len(vfs), parent=(bus, 0, 0),
+                    vend_id=MELLANOX_VENDOR,
+                    vend_name='Mellanox Technologies', prod_id=CX7_VF,
+                    prod_name='ConnectX Family mlx5Gen Virtual Function',
+                    driver_name='mlx5_core')
     return gpus, info
 
 
@@ -456,6 +535,9 @@ def _host_addresses(hosts):
                 device_specs.extend((VFIO, vf) for vf in state.vfs)
             else:
                 device_specs.append((PASSTHROUGH, state.address))
+        if spec.rdma is not None:
+            device_specs.extend((RDMA_NIC_PATH, vf) for _pf, vfs, _sw
+                                in spec.rdma.nics(i) for vf in vfs)
     return dict(by_type), device_specs
 
 
@@ -717,8 +799,11 @@ class GpuCloudTestCase(test_vgpu.VGPUTestBase):
         """{service: {(group, option): value}} of this cloud's files."""
         if getattr(self, '_by_service', None) is not None:
             return self._by_service
-        paths = sorted({_path_file_key(spec) for spec in self.HOSTS})
-        pci = any(spec.path in (VFIO, PASSTHROUGH) for spec in self.HOSTS)
+        paths = sorted({_path_file_key(spec) for spec in self.HOSTS}
+                       | ({RDMA_NIC_PATH} if any(
+                           spec.rdma for spec in self.HOSTS) else set()))
+        pci = any(spec.path in (VFIO, PASSTHROUGH) or spec.rdma
+                  for spec in self.HOSTS)
         mdev, specs = _host_addresses(self.HOSTS)
         by_service = {}
         for service in service_conf.SERVICES:
@@ -1099,6 +1184,8 @@ class GpuCloudTestCase(test_vgpu.VGPUTestBase):
         extra = {}
         if spec.partitions is not None:
             extra['partitions'] = _partitions_held(spec.partitions, raw)
+        if spec.rdma is not None:
+            extra['pcie'] = self._pcie_tree(hostname, used)
         return {
             'version': report_mod.VERSION, 'host': hostname,
             'nodename': hostname, 'generation': next(self._generations),
@@ -1108,6 +1195,30 @@ class GpuCloudTestCase(test_vgpu.VGPUTestBase):
                             'memory_mib': info.kB_mem // 1024 // cells}
                            for n in range(cells)],
             'gpus': raw, **extra}
+
+    def rdma_nics(self, hostname):
+        """``[(PF address, [VF addresses], switch)]`` of a gpu:rdma host."""
+        spec = self._host_specs[hostname]
+        return spec.rdma.nics(self.HOSTS.index(spec))
+
+    def _pcie_tree(self, hostname, used):
+        """The report's ``pcie``, as ``agent.pcie`` reads it on the host:
+        a VF a domain holds is used (the agent sees it bound to vfio-pci).
+        """
+        layout = self._host_specs[hostname].rdma
+        switch, root = layout.switch_id, layout.roots.__getitem__
+        return {
+            'gpus': [{'index': i, 'switch': switch(s), 'root': root(s)}
+                     for i, s in enumerate(layout.gpu_switches)],
+            'switches': [{'id': switch(s), 'root': r, 'acs_redirect': False,
+                          'device': '1000:c030'}
+                         for s, r in enumerate(layout.roots)],
+            'nics': [{'address': pf, 'switch': switch(s), 'root': root(s),
+                      'vfs': len(vfs),
+                      'vfs_used': sum(1 for vf in vfs if vf in used),
+                      'provider': report_mod.pci_provider_name(hostname, pf),
+                      'device': '%s:%s' % (MELLANOX_VENDOR, CX7_PF)}
+                     for pf, vfs, s in self.rdma_nics(hostname)]}
 
     def _provider_get(self, provider_name, what):
         """GET ``/resource_providers/<uuid>/<what>`` of a named provider;

@@ -56,6 +56,8 @@ PATH_FILES = {
     'mig_vgpu': 'nova-compute-mig-vgpu.conf',
     'vfio': 'nova-compute-vendor-vfio.conf',
     'passthrough': 'nova-compute-whole-gpu.conf',
+    # Not a GPU path: the RDMA NICs' VFs of gpu:rdma hosts.
+    'rdma_nic': 'nova-compute-rdma-nic.conf',
 }
 # Options Nova reads in every service that has them (api, conductor,
 # scheduler, compute): one service without them is a broken cloud.

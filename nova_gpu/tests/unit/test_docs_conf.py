@@ -163,4 +163,7 @@ class PciAliasesTest(testtools.TestCase):
             for alias in gpu_sets.pci_aliases(base, rc, device_type):
                 self.assertEqual(alias, by_name.pop(alias['name']))
             del by_name[base]
+        # The RDMA NIC functions of gpu:rdma flavors (core.rdma).
+        self.assertEqual('type-VF', by_name.pop(
+            report.RDMA_NIC_ALIAS)['device_type'])
         self.assertEqual({}, by_name)

@@ -18,6 +18,7 @@ ROOT = rdma.ROOT_COMPLEX
 
 
 def hgx(catalog, **tree_kw):
+    """The HGX H100 board with its PCIe tree (``hgx_pcie.tree``)."""
     model = catalog.model('H100-80GB')
     gpus = [H.Gpu(i, model, address=a, numa_node=i // 4,
                   pcie_switch=hgx_pcie.switch_of(a).upstream)
