@@ -98,6 +98,27 @@ def write_json(path, obj, mode=0o644, owner=None, **dump_options):
     write(path, json.dumps(obj, **dump_options), mode=mode, owner=owner)
 
 
+class Unreadable(ValueError):
+    """A file ``read_json`` found but cannot read or parse."""
+
+
+def read_json(path):
+    """The JSON document of ``path`` (as ``write_json`` wrote it), or None
+    when there is no such file.
+
+    A file that is there but cannot be read or parsed raises
+    ``Unreadable`` naming it: a state file is never taken for absent
+    (its reader would start afresh over what it recorded).
+    """
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as e:
+        raise Unreadable('cannot read %s: %s' % (path, e)) from e
+
+
 def rename(src, dst):
     """``os.replace(src, dst)``, then ``fsync`` the directories, so the
     rename is on disk when this returns (a file moved aside stays aside).

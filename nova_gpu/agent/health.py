@@ -66,15 +66,10 @@ class HealthStore:
         self.path = os.path.join(state_dir, FILE)
 
     def load(self):
-        try:
-            with open(self.path) as f:
-                data = json.load(f)
-        except FileNotFoundError:
-            return {}
-        except (OSError, ValueError) as e:
-            # Never lose a quarantine silently: the file stays as it is
-            # for an operator to read, and the agent keeps quarantining.
-            raise RuntimeError('cannot read %s: %s' % (self.path, e))
+        # A file that cannot be read raises (atomic_file.Unreadable):
+        # never lose a quarantine silently; the file stays as it is for
+        # an operator to read, and the agent keeps quarantining.
+        data = atomic_file.read_json(self.path) or {}
         return {address: health_mod.Health.from_dict(h)
                 for address, h in (data.get('gpus') or {}).items()}
 

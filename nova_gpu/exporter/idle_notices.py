@@ -27,7 +27,6 @@ nor forgets a key to remove.
 
 import dataclasses
 import datetime
-import json
 import threading
 import time
 
@@ -128,16 +127,14 @@ class IdleNotices:
         if not self.path:
             return {}
         try:
-            with open(self.path) as f:
-                data = json.load(f)
-        except FileNotFoundError:
+            data = atomic_file.read_json(self.path)
+        except atomic_file.Unreadable as e:
+            raise ValueError('[gpu_exporter] idle_notice_file: %s (move it '
+                             'aside to start again)' % e) from e
+        if data is None:
             return {}
-        except (OSError, ValueError) as e:
-            raise ValueError('[gpu_exporter] idle_notice_file %s cannot be '
-                             'read: %s (move it aside to start again)'
-                             % (self.path, e)) from e
         told = data.get('told') if isinstance(data, dict) else None
-        if data.get('version') != VERSION or not isinstance(told, dict):
+        if not isinstance(told, dict) or data.get('version') != VERSION:
             raise ValueError('[gpu_exporter] idle_notice_file %s: not a '
                              'version %d file of told idle notices'
                              % (self.path, VERSION))

@@ -22,7 +22,6 @@ server still holds the device, at most ``usage_max_interval`` when it is
 gone.
 """
 
-import json
 import os
 import threading
 import time
@@ -103,18 +102,17 @@ class UsageBook:
                         'when nova-gpu-exporter restarts')
             return usage_mod.Ledger(self._max_interval, self._retention)
         try:
-            with open(self.path) as f:
-                data = json.load(f)
-        except FileNotFoundError:
-            LOG.info('GPU usage ledger %s: none yet, starting one',
-                     self.path)
-            return usage_mod.Ledger(self._max_interval, self._retention)
-        except (OSError, ValueError) as e:
+            data = atomic_file.read_json(self.path)
+        except atomic_file.Unreadable as e:
             # Never start a new ledger over one that cannot be read: the
             # counters would start again from 0 and bill twice.
             raise usage_mod.LedgerError(
-                'cannot read the GPU usage ledger %s: %s (move it aside '
-                'to start a new one)' % (self.path, e)) from e
+                'GPU usage ledger: %s (move it aside to start a new one)'
+                % e) from e
+        if data is None:
+            LOG.info('GPU usage ledger %s: none yet, starting one',
+                     self.path)
+            return usage_mod.Ledger(self._max_interval, self._retention)
         try:
             return usage_mod.Ledger.from_dict(data, self._max_interval,
                                               self._retention)

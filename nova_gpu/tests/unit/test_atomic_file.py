@@ -116,6 +116,15 @@ class WriteTest(testtools.TestCase):
         self.assertEqual(['state.json'], os.listdir(self.dir))
         self.assertEqual(0o644, stat.S_IMODE(os.stat(self.path).st_mode))
 
+    def test_read_json(self):
+        self.assertIsNone(atomic_file.read_json(self.path))   # none yet
+        atomic_file.write_json(self.path, {'a': [1]})
+        self.assertEqual({'a': [1]}, atomic_file.read_json(self.path))
+        atomic_file.write(self.path, '{cut sho')
+        e = self.assertRaises(atomic_file.Unreadable, atomic_file.read_json,
+                              self.path)
+        self.assertIn('cannot read %s' % self.path, str(e))
+
     def test_replaces_and_mode_minus_umask(self):
         atomic_file.write(self.path, b'old')
         os.umask(0o077)

@@ -9,6 +9,7 @@ import testtools
 
 from nova_gpu.agent import health
 from nova_gpu.agent import nvml as nvml_mod
+from nova_gpu import atomic_file
 from nova_gpu.tests.unit.agent import fakenvml
 
 GPU2 = '0000:52:00.0'
@@ -105,7 +106,7 @@ class WatchTest(testtools.TestCase):
     def test_a_corrupt_file_is_kept_and_raises(self):
         with open(os.path.join(self.dir, health.FILE), 'w') as f:
             f.write('{not json')
-        self.assertRaises(RuntimeError, self.store.load)
+        self.assertRaises(atomic_file.Unreadable, self.store.load)
         with open(os.path.join(self.dir, health.FILE)) as f:
             self.assertEqual('{not json', f.read())
 

@@ -184,7 +184,8 @@ class IdleNoticesTest(testtools.TestCase):
             f.write('{not json')
         err = self.assertRaises(ValueError, idle_notices.IdleNotices,
                                 lambda: self.nova, None, self.path)
-        self.assertIn('idle_notice_file %s' % self.path, str(err))
+        self.assertIn('idle_notice_file: cannot read %s' % self.path,
+                      str(err))
 
 
 class WiringTest(testtools.TestCase):
