@@ -77,6 +77,8 @@ def _specs(catalog):
         spec(gpu__count='2', gpu__topology='numa', resources1__VGPU='1',
              resources2__VGPU='1', group_policy='isolate'),
         spec(gpu__kind='whole', pci_passthrough__alias='nvidia-gpu:1'),
+        spec(gpu__kind='whole', gpu__rdma='true',
+             pci_passthrough__alias='nvidia-gpu:1,rdma-vf:1'),
     ]
 
 
@@ -129,7 +131,58 @@ def _valid(catalog, name, i, generation):
         # Whole GPUs on an HGX board in Shared NVSwitch mode: its
         # partitions, the one of the guest's GPU 2 active.
         data['partitions'] = _partitions()
+        # GPUDirect RDMA: two PCIe switches, each with two GPUs and a
+        # ConnectX-7 NIC (core.rdma).
+        data['pcie'] = _pcie(name, len(data['gpus']))
     return data
+
+
+def _pcie(name, gpus):
+    switches = ['0000:%02x:00.0' % (0x11 + 0x10 * s) for s in range(2)]
+    return {
+        'gpus': [{'index': i, 'switch': switches[i * 2 // max(gpus, 1)],
+                  'root': 'pci0000:10'} for i in range(gpus)],
+        'switches': [{'id': sw, 'root': 'pci0000:10', 'acs_redirect': False,
+                      'device': '1000:c030'} for sw in switches],
+        'nics': [{'address': '0000:%02x:00.0' % (0x15 + 0x10 * s),
+                  'switch': switches[s], 'root': 'pci0000:10', 'vfs': 8,
+                  'vfs_used': s, 'device': '15b3:1021',
+                  'provider': report_mod.pci_provider_name(
+                      name, '0000:%02x:00.0' % (0x15 + 0x10 * s))}
+                 for s in range(2)]}
+
+
+def _bad_pcie(rng, data):
+    """A ``pcie`` tree no real host has: each a fault the parser must
+    name (``pcie...``).
+    """
+    tree = data['pcie']
+    nics = tree.get('nics') or [{'address': '0000:15:00.0'}]
+    nic = rng.choice(nics) if isinstance(nics, list) else nics
+    if not isinstance(nic, dict):
+        nic = {'address': '0000:15:00.0'}
+        tree['nics'] = [nic]
+    case = rng.randrange(8)
+    if case == 0:    # more VFs held than the NIC has
+        nic.update(vfs=2, vfs_used=3)
+    elif case == 1:  # a switch the tree does not list
+        nic['switch'] = '0000:ee:00.0'
+    elif case == 2:  # a NIC twice
+        tree['nics'] = [dict(nic), dict(nic)]
+    elif case == 3:  # a GPU the report does not have, or twice
+        tree['gpus'] = [{'index': rng.choice([0, 63])}] * 2
+    elif case == 4:  # out of range, or not a count
+        nic[rng.choice(['vfs', 'vfs_used'])] = rng.choice(
+            [-1, 257, 2 ** 40, '8', 1.5, None, True])
+    elif case == 5:  # more NICs than any host
+        tree['nics'] = [dict(nic, address='0000:%02x:00.1' % i)
+                        for i in range(65)]
+    elif case == 6:  # not an address, an ID, a provider name
+        key = rng.choice(['address', 'device', 'provider'])
+        nic[key] = rng.choice(['', 'h' * 256, 7] + (
+            [] if key == 'provider' else ['nic0', '15B3:1021']))
+    else:
+        data['pcie'] = rng.choice(['tree', 7, [], {'nics': []}])
 
 
 def _partitions():
@@ -209,6 +262,9 @@ def _mutate(rng, data, unreal=None):
             continue
         if roll < 0.25 and isinstance(data.get('partitions'), list):
             _bad_partitions(rng, data)
+            continue
+        if roll < 0.27 and isinstance(data.get('pcie'), dict):
+            _bad_pcie(rng, data)
             continue
         if roll < 0.3 and isinstance(data.get('gpus'), list) and all(
                 isinstance(g, dict) for g in data['gpus']) and data['gpus']:

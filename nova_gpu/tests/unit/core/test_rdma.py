@@ -229,6 +229,22 @@ class ReportTest(base.TestCase):
             self.assertIn(field, str(err))
             self.assertIn(words, str(err))
 
+    def test_fuzzed_trees_are_refused_naming_the_field(self):
+        # The reliability suite's bad trees (bench.reliability_reports).
+        import copy
+        import random
+
+        from nova_gpu.bench import reliability_reports
+        valid = reliability_reports._valid(self.catalog, 'h3', 3, 5)
+        report.parse(valid, self.catalog)
+        rng = random.Random(28)
+        for _ in range(300):
+            data = copy.deepcopy(valid)
+            reliability_reports._bad_pcie(rng, data)
+            err = self.assertRaises(report.ReportError, report.parse, data,
+                                    self.catalog)
+            self.assertTrue(err.field.startswith('pcie'), err)
+
 
 class FlavorTest(base.TestCase):
 
