@@ -63,6 +63,7 @@ _GRAMMAR = {
     'topology': re.compile(r'any|numa|nvlink'),
     'backend': re.compile(r'mdev|vfio'),
     'preemptible': re.compile(r'true|false'),
+    'rdma': re.compile(r'true|false'),
 }
 _PRINTABLE = re.compile(r'[\x20-\x7e]+')
 
@@ -195,6 +196,7 @@ class Fuzzer:
             'kind': lambda: rng.choice(grammar.KINDS),
             'backend': lambda: rng.choice(grammar.BACKENDS),
             'preemptible': lambda: rng.choice(grammar.BOOLEANS),
+            'rdma': lambda: rng.choice(grammar.BOOLEANS),
         }[name]()
 
     def _mutated(self, value):

@@ -20,7 +20,8 @@ HOSTILE = (('gpu:count', '\u0661\u0666'), ('gpu:count', '1_0'),
            ('gpu:memory', '0.0001GB'), ('gpu:memory', '\u0661\u0666GB'),
            ('gpu:memory', '1_0GB'), ('gpu:memory', '1000TB'),
            ('gpu:compute', '\u0660.\u0665'), ('gpu:compute', 'nan'),
-           ('gpu:profile', 'A100-10C\x1c'))
+           ('gpu:profile', 'A100-10C\x1c'), ('gpu:rdma', 'True'),
+           ('gpu:rdma', 'pcie-switch'), ('gpu:rdma', 'yes'))
 
 
 class ValidatorTest(base.TestCase):
@@ -28,7 +29,7 @@ class ValidatorTest(base.TestCase):
     def test_registered_through_the_entry_point(self):
         for key in ('gpu:profile', 'gpu:mig', 'gpu:count', 'gpu:model',
                     'gpu:topology', 'gpu:memory', 'gpu:compute',
-                    'gpu:kind'):
+                    'gpu:kind', 'gpu:rdma'):
             self.assertIn(key, validators.VALIDATORS)
 
     def test_bad_value_names_key_and_allowed(self):
@@ -109,7 +110,8 @@ class ApiTest(cloud.GpuCloudTestCase):
 
     def test_valid_specs_accepted(self):
         for key, value in (('gpu:profile', 'A100-10C'), ('gpu:count', '4'),
-                           ('gpu:memory', '20GB'), ('gpu:compute', '25%')):
+                           ('gpu:memory', '20GB'), ('gpu:compute', '25%'),
+                           ('gpu:rdma', 'true')):
             self.assertEqual(200, self.post(key, value).status_code)
 
     def test_fuzzed_specs(self):
