@@ -52,14 +52,6 @@ ACS_DIRECT_TRANSLATED_P2P = 1 << 6
 _MAX_CAPS = 1024
 
 
-def _read(path):
-    try:
-        with open(path) as f:
-            return f.read().strip()
-    except OSError:
-        return None
-
-
 def acs_control(config):
     """The ACS Control register in ``config`` (a device's config space,
     bytes), or None when the config space read holds no extended
@@ -95,7 +87,7 @@ class PcieReader:
         return self.sysfs.path('bus', 'pci', 'devices', address)
 
     def _attr(self, address, name):
-        return _read(os.path.join(self._base(address), name))
+        return sysfs_mod.read_text(os.path.join(self._base(address), name))
 
     def place(self, address):
         """``(root complex, switch)`` of the device at ``address``."""

@@ -89,7 +89,8 @@ class Mdev:
     iommu_group: int = None
 
 
-def _read(path, default=None):
+def read_text(path, default=None):
+    """The stripped text of a sysfs file, or ``default`` when unreadable."""
     try:
         with open(path) as f:
             return f.read().strip()
@@ -149,8 +150,9 @@ class Sysfs:
         result = {}
         for addr in self.pci_addresses():
             base = self.path('bus', 'pci', 'devices', addr)
-            if (_read(os.path.join(base, 'vendor')) != NVIDIA_VENDOR
-                    or _read(os.path.join(base, 'class')) not in GPU_CLASSES):
+            if (read_text(os.path.join(base, 'vendor')) != NVIDIA_VENDOR
+                    or read_text(os.path.join(base, 'class'))
+                    not in GPU_CLASSES):
                 continue
             result[addr] = self.pci_function(addr)
         return result
@@ -174,13 +176,13 @@ class Sysfs:
                     'kernel', 'iommu_groups', group, 'devices'))))
             except OSError:
                 members = (addr,)
-        numa = _read(os.path.join(base, 'numa_node'), '-1')
+        numa = read_text(os.path.join(base, 'numa_node'), '-1')
         vfs = sorted((n for n in os.listdir(base) if n.startswith('virtfn')),
                      key=lambda n: int(n[6:]))
         fn = PciFunction(
             address=addr,
-            device_id=(_read(os.path.join(base, 'device')) or '')[2:],
-            vendor_id=(_read(os.path.join(base, 'vendor'))
+            device_id=(read_text(os.path.join(base, 'device')) or '')[2:],
+            vendor_id=(read_text(os.path.join(base, 'vendor'))
                        or NVIDIA_VENDOR)[2:],
             numa_node=max(int(numa), 0) if numa.lstrip('-').isdigit()
             else 0,
@@ -194,8 +196,8 @@ class Sysfs:
         vendor_dir = os.path.join(base, 'nvidia')
         if os.path.isdir(vendor_dir):
             fn.creatable_vgpu_types = parse_creatable(
-                _read(os.path.join(vendor_dir, 'creatable_vgpu_types')))
-            current = _read(os.path.join(vendor_dir, 'current_vgpu_type'))
+                read_text(os.path.join(vendor_dir, 'creatable_vgpu_types')))
+            current = read_text(os.path.join(vendor_dir, 'current_vgpu_type'))
             fn.current_vgpu_type = int(current) if current and \
                 current.isdigit() else None
         return fn
@@ -218,8 +220,8 @@ class Sysfs:
         it has no SR-IOV capability.
         """
         base = self.path('bus', 'pci', 'devices', addr)
-        num = _read(os.path.join(base, 'sriov_numvfs'))
-        total = _read(os.path.join(base, 'sriov_totalvfs'))
+        num = read_text(os.path.join(base, 'sriov_numvfs'))
+        total = read_text(os.path.join(base, 'sriov_totalvfs'))
         if not (num and total and num.isdigit() and total.isdigit()):
             return None
         return int(num), int(total)
@@ -235,12 +237,12 @@ class Sysfs:
             return result
         for type_id in names:
             d = os.path.join(base, type_id)
-            avail = _read(os.path.join(d, 'available_instances'), '0')
+            avail = read_text(os.path.join(d, 'available_instances'), '0')
             result[type_id] = MdevType(
-                id=type_id, name=_read(os.path.join(d, 'name'), type_id),
+                id=type_id, name=read_text(os.path.join(d, 'name'), type_id),
                 available=int(avail) if avail.isdigit() else 0,
-                device_api=_read(os.path.join(d, 'device_api'), ''),
-                description=_read(os.path.join(d, 'description'), ''))
+                device_api=read_text(os.path.join(d, 'device_api'), ''),
+                description=read_text(os.path.join(d, 'description'), ''))
         return result
 
     def mdevs(self):
