@@ -106,6 +106,17 @@ class NamesTest(testtools.TestCase):
         self.assertGreater(len(used), 10)
         self.assertEqual(set(), used - emitted_names())
 
+    def test_every_emitted_series_is_documented(self):
+        docs = ''
+        for name in ('observability.rst', 'billing.rst'):
+            with open(os.path.join(ROOT, 'doc', 'source', name)) as f:
+                docs += f.read()
+        shown = names_in(docs)
+        missing = {n for n in emitted_names()
+                   if re.sub(r'_(total|created)$', '', n) not in shown
+                   and n not in shown}
+        self.assertEqual(set(), missing)
+
     def test_dashboard_uses_emitted_series(self):
         with open(DASHBOARD) as f:
             dashboard = json.load(f)
