@@ -10,9 +10,11 @@ portal or mail bridge that tells people.
 
 ``tell`` sets the key, then sends the notification: a key that cannot be
 set is logged and the notification still goes (it tells the owner
-alone). ``clear`` removes the key; a server or key already gone is
-done. The compute client is ``cloud_api.Nova`` (or an object with its
-``set_metadata`` and ``delete_metadata``).
+alone). ``set_key`` rewrites the key alone, ``clear`` removes it (a
+server or key already gone is done). Nothing else in nova-gpu writes a
+server's metadata (``tests/unit/test_owner_notice.py``). The compute
+client is ``cloud_api.Nova`` (or an object with its ``set_metadata`` and
+``delete_metadata``).
 """
 
 from oslo_log import log as logging
@@ -42,6 +44,11 @@ def messaging_notifier(transport, publisher, topic):
                               driver='messagingv2', topics=[topic])
 
 
+def set_key(compute, server_id, key, text):
+    """Set (or rewrite) metadata ``key`` = ``text``; raises on failure."""
+    compute.set_metadata(server_id, {key: text})
+
+
 def tell(compute, notifier, server_id, key, text, payload):
     """Set metadata ``key`` = ``text`` on the server, then send
     ``payload`` through ``notifier`` (a ``Notifier``, or None).
@@ -51,7 +58,7 @@ def tell(compute, notifier, server_id, key, text, payload):
     """
     error = None
     try:
-        compute.set_metadata(server_id, {key: text})
+        set_key(compute, server_id, key, text)
     except Exception as e:
         error = e
         LOG.warning('Server %s: metadata %s not set: %s', server_id, key, e)

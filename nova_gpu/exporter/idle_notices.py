@@ -186,8 +186,8 @@ class IdleNotices:
         if notice.action == idle_mod.CLEAR:
             owner_notice.clear(nova, notice.server_id, METADATA_KEY)
         elif notice.action == idle_mod.UPDATE:
-            nova.set_metadata(notice.server_id,
-                              {METADATA_KEY: text_of(notice.devices)})
+            owner_notice.set_key(nova, notice.server_id, METADATA_KEY,
+                                 text_of(notice.devices))
         else:
             server = nova.server(notice.server_id)
             if server is None:
