@@ -8,8 +8,9 @@ taken by nova-gpu-exporter as its listener takes it
 (``CloudState.ingest_report``). With ``[gpu_exporter] idle_notify`` on,
 the server's metadata in Nova's API gets ``nova_gpu_idle`` and a
 ``gpu.idle.notice`` arrives on the report topic over RabbitMQ, once for
-the episode; a busy report removes the key. With the option off nothing
-is set or sent.
+the episode; a busy report removes the key, a new idle episode tells
+again, and the server's deletion ends what was told. With the option off
+nothing is set or sent.
 
 The exporter's Nova client here is Nova's in-process API (the harness
 has no Keystone endpoint openstacksdk could reach), as in the reclaimer's
@@ -171,7 +172,22 @@ class IdleNoticesTest(cloud.GpuCloudTestCase):
         self.settle(exporter)
         self.assertNotIn(idle_notices.METADATA_KEY,
                          self.metadata(server['id']))
-        self.assertEqual(0, exporter.idle_notices.stats()['failed'])
+        # idle again: a new episode, told again
+        for _ in range(4):
+            exporter.state.ingest_report(self.report(0.0))
+            self.settle(exporter)
+        self.wait_received(2)
+        self.assertIn(idle_notices.METADATA_KEY, self.metadata(server['id']))
+        # the server goes away: its report entry goes, and so does the
+        # record of what its owner was told (Nova's 404 is no failure)
+        self.api.delete_server(server['id'])
+        self._wait_until_deleted(server)
+        exporter.state.ingest_report(self.report(0.0))
+        self.settle(exporter)
+        stats = exporter.idle_notices.stats()
+        self.assertEqual((2, 2, 0), (stats['tell'], stats['clear'],
+                                     stats['failed']))
+        self.assertEqual({}, exporter.idle_notices.told)
 
     def test_off_nothing_is_sent(self):
         exporter = self.exporter()
