@@ -31,6 +31,12 @@ function _nova_gpu_multi_add {
     iniset_multiline "$file" "$section" "$option" $current
 }
 
+# _nova_gpu_iniset_if_set <file> <section> <option> <value>: iniset where
+# the value (a local.conf variable) is not empty.
+function _nova_gpu_iniset_if_set {
+    [[ -z "$4" ]] || iniset "$1" "$2" "$3" "$4"
+}
+
 function install_nova_gpu {
     local extras=""
     if is_service_enabled nova-gpu-agent; then
@@ -47,7 +53,13 @@ function install_nova_gpu {
 # what each service needs: doc/source includes them, the tests run with
 # them.
 function _nova_gpu_apply_conf {
-    local source=$NOVA_GPU_DIR/etc/nova/$1 target=$2
+    _nova_gpu_merge_conf "$NOVA_GPU_DIR/etc/nova/$1" "$2"
+}
+
+# _nova_gpu_merge_conf <source file> <target>: the same for any file (the
+# fake-hardware mode's path files, written for each fake host).
+function _nova_gpu_merge_conf {
+    local source=$1 target=$2
     local -a fields
     [[ -f "$source" ]] || die $LINENO "nova-gpu: no $source"
     local edits
@@ -104,14 +116,10 @@ function configure_nova_gpu_scheduler {
         done
     fi
     # Only where local.conf asks for other weights than the files'.
-    if [[ -n "$NOVA_GPU_FRAGMENTATION_WEIGHT" ]]; then
-        iniset "$NOVA_CONF" gpu_scheduler fragmentation_weight_multiplier \
-            "$NOVA_GPU_FRAGMENTATION_WEIGHT"
-    fi
-    if [[ -n "$NOVA_GPU_TOPOLOGY_WEIGHT" ]]; then
-        iniset "$NOVA_CONF" gpu_scheduler topology_weight_multiplier \
-            "$NOVA_GPU_TOPOLOGY_WEIGHT"
-    fi
+    _nova_gpu_iniset_if_set "$NOVA_CONF" gpu_scheduler \
+        fragmentation_weight_multiplier "$NOVA_GPU_FRAGMENTATION_WEIGHT"
+    _nova_gpu_iniset_if_set "$NOVA_CONF" gpu_scheduler \
+        topology_weight_multiplier "$NOVA_GPU_TOPOLOGY_WEIGHT"
     if [[ -n "$NOVA_GPU_MAX_ALLOCATION_CANDIDATES" && \
             -f "${PLACEMENT_CONF:-}" ]]; then
         # Breadth-first so that the capped set still covers every host.
@@ -206,6 +214,12 @@ function configure_nova_gpu_services {
     sudo install -d -o "$STACK_USER" "$NOVA_GPU_CONF_DIR"
     if is_service_enabled nova-gpu-reclaimer; then
         iniset "$NOVA_GPU_AGENT_CONF" gpu_reclaimer cloud "$NOVA_GPU_CLOUD"
+        # Only where local.conf asks for other than the defaults
+        # (shelve_offload after 300 s).
+        _nova_gpu_iniset_if_set "$NOVA_GPU_AGENT_CONF" gpu_reclaimer action \
+            "$NOVA_GPU_RECLAIM_ACTION"
+        _nova_gpu_iniset_if_set "$NOVA_GPU_AGENT_CONF" gpu_reclaimer \
+            grace_period "$NOVA_GPU_RECLAIM_GRACE_PERIOD"
     fi
     if is_service_enabled nova-gpu-defrag; then
         iniset "$NOVA_GPU_AGENT_CONF" gpu_defrag cloud "$NOVA_GPU_CLOUD"
@@ -294,6 +308,108 @@ function stop_nova_gpu_agent {
     stop_process nova-gpu-agent
 }
 
+# The fake-hardware mode (NOVA_GPU_FAKE_HARDWARE): for each path of
+# NOVA_GPU_FAKE_PATHS a nova-compute on Nova's fake libvirt carrying GPUs
+# of that path (devstack@n-gpu-fake-<path>) and a real nova-gpu-agent on
+# the host's fake sysfs (devstack@nova-gpu-agent-fake-<path>), both
+# reporting over devstack's RabbitMQ (nova_gpu.tests.harness.fake_compute).
+
+# _nova_gpu_fake_launcher <args>: the launcher, in Nova's environment.
+function _nova_gpu_fake_launcher {
+    "$(get_python_exec_prefix)/python3" -m nova_gpu.tests.harness.fake_compute "$@"
+}
+
+# _nova_gpu_fake_host <path>: the fake host's name (nova-compute's host
+# and hypervisor hostname, the agent's host and nodename).
+function _nova_gpu_fake_host {
+    echo "${NOVA_GPU_FAKE_HOST_PREFIX:-$(hostname -s)}-$1"
+}
+
+function install_nova_gpu_fake_hardware {
+    # Nova's fake libvirt lives in nova.tests (shipped in Nova's sdist);
+    # these test libraries it imports are not Nova's requirements.
+    # shellcheck disable=SC2086
+    pip_install $NOVA_GPU_FAKE_PIP_PACKAGES
+}
+
+# configure_nova_gpu_fake_host <path>: the two units' files. nova-compute's
+# is nova-cpu.conf with the path's etc/nova file written for this fake host
+# (its type ids and addresses), its own host name and state; the agent's is
+# nova-gpu.conf with the fake host's sysfs tree and names.
+function configure_nova_gpu_fake_host {
+    local path=$1 host dir conf agent_conf option value
+    host=$(_nova_gpu_fake_host "$path")
+    dir=$NOVA_GPU_FAKE_DIR/$path
+    conf=$NOVA_GPU_CONF_DIR/nova-compute-fake-$path.conf
+    agent_conf=$NOVA_GPU_CONF_DIR/nova-gpu-fake-$path.conf
+    sudo install -d -o "$STACK_USER" "$dir" "$dir/nova" "$dir/instances" \
+        "$dir/provider_config" "$dir/outbox" "$dir/agent-state"
+    cp "${NOVA_CPU_CONF:-$NOVA_CONF}" "$conf"
+    _nova_gpu_fake_launcher path-conf "$path" "$host" \
+        > "$dir/nova-compute-$path.conf" \
+        || die $LINENO "nova-gpu: no path file for the fake $path host"
+    _nova_gpu_merge_conf "$dir/nova-compute-$path.conf" "$conf"
+    iniset "$conf" DEFAULT host "$host"
+    iniset "$conf" DEFAULT state_path "$dir/nova"
+    iniset "$conf" DEFAULT instances_path "$dir/instances"
+    iniset "$conf" compute provider_config_location "$dir/provider_config/"
+    cp "$NOVA_GPU_AGENT_CONF" "$agent_conf"
+    iniset "$agent_conf" gpu_agent sysfs_root "$dir/sys"
+    iniset "$agent_conf" gpu_agent use_nvml False
+    # Nova's fake libvirt is inside the fake nova-compute: the agent
+    # reports from sysfs and skips its libvirt reconcile.
+    iniset "$agent_conf" gpu_agent libvirt_uri \
+        "qemu+unix:///system?socket=$dir/no-libvirtd.sock"
+    iniset "$agent_conf" gpu_agent libvirt_retries 0
+    iniset "$agent_conf" gpu_agent remove_orphans False
+    iniset "$agent_conf" gpu_agent reconcile_interval \
+        "$NOVA_GPU_FAKE_AGENT_INTERVAL"
+    iniset "$agent_conf" gpu_agent provider_config_file \
+        "$dir/provider_config/nova-gpu.yaml"
+    iniset "$agent_conf" gpu_agent outbox_dir "$dir/outbox"
+    iniset "$agent_conf" gpu_agent state_dir "$dir/agent-state"
+    while IFS=$'\t' read -r option value; do
+        [[ -n "$option" ]] && iniset "$agent_conf" gpu_agent "$option" "$value"
+    done < <(_nova_gpu_fake_launcher agent-options "$path" "$host")
+}
+
+function start_nova_gpu_fake_host {
+    local path=$1 dir
+    dir=$NOVA_GPU_FAKE_DIR/$path
+    run_process "n-gpu-fake-$path" "$(get_python_exec_prefix)/python3 \
+-m nova_gpu.tests.harness.fake_compute run $path --sysfs $dir/sys \
+-- --config-file $NOVA_GPU_CONF_DIR/nova-compute-fake-$path.conf"
+    run_process "nova-gpu-agent-fake-$path" "$(get_python_exec_prefix)/nova-gpu-agent \
+--config-file $NOVA_GPU_CONF_DIR/nova-compute-fake-$path.conf \
+--config-file $NOVA_GPU_CONF_DIR/nova-gpu-fake-$path.conf"
+}
+
+# wait_for_nova_gpu_fake_hosts: each fake nova-compute registered, before
+# stack.sh maps the computes into the cell (tools/discover_hosts.sh).
+function wait_for_nova_gpu_fake_hosts {
+    local path host deadline
+    deadline=$(( SECONDS + ${NOVA_READY_TIMEOUT:-60} ))
+    for path in $NOVA_GPU_FAKE_PATHS; do
+        host=$(_nova_gpu_fake_host "$path")
+        until openstack --os-cloud devstack-admin compute service list \
+                --host "$host" --service nova-compute -f value -c ID | grep -q .; do
+            if (( SECONDS > deadline )); then
+                die $LINENO "nova-gpu: the fake $path host $host did not register (journalctl -u devstack@n-gpu-fake-$path)"
+            fi
+            sleep 2
+        done
+    done
+}
+
+function stop_nova_gpu_fake_hardware {
+    local path
+    for path in $NOVA_GPU_FAKE_PATHS; do
+        stop_process "nova-gpu-agent-fake-$path"
+        stop_process "n-gpu-fake-$path"
+    done
+    return 0
+}
+
 function cleanup_nova_gpu {
     sudo rm -rf "$NOVA_GPU_CONF_DIR" "$NOVA_GPU_STATE_DIR"
 }
@@ -301,6 +417,9 @@ function cleanup_nova_gpu {
 if [[ "$1" == "stack" && "$2" == "install" ]]; then
     echo_summary "Installing nova-gpu"
     install_nova_gpu
+    if [[ "$NOVA_GPU_FAKE_HARDWARE" == "True" ]]; then
+        install_nova_gpu_fake_hardware
+    fi
 elif [[ "$1" == "stack" && "$2" == "post-config" ]]; then
     echo_summary "Configuring nova-gpu"
     if [[ "$NOVA_GPU_ENABLE_SCHEDULER" == "True" ]]; then
@@ -324,6 +443,14 @@ elif [[ "$1" == "stack" && "$2" == "extra" ]]; then
         start_nova_gpu_scheduler
     fi
     start_nova_gpu_services
+    if [[ "$NOVA_GPU_FAKE_HARDWARE" == "True" ]]; then
+        echo_summary "Starting nova-gpu's fake GPU hosts"
+        for path in $NOVA_GPU_FAKE_PATHS; do
+            configure_nova_gpu_fake_host "$path"
+            start_nova_gpu_fake_host "$path"
+        done
+        wait_for_nova_gpu_fake_hosts
+    fi
     if is_service_enabled n-api; then
         create_nova_gpu_flavors
     fi
@@ -332,6 +459,9 @@ fi
 if [[ "$1" == "unstack" ]]; then
     stop_nova_gpu_agent
     stop_nova_gpu_services
+    if [[ "$NOVA_GPU_FAKE_HARDWARE" == "True" ]]; then
+        stop_nova_gpu_fake_hardware
+    fi
 fi
 
 if [[ "$1" == "clean" ]]; then

@@ -13,8 +13,16 @@
 #   boot     systemd-nspawn -b of the root, its own network namespace
 #            reaching out through slirp4netns
 #   stack    stack.sh as user "stack"
-#   verify   tools/devstack/verify.sh in the container
+#   verify   tools/devstack/verify.sh in the container: the units, a plain
+#            server on real libvirt/QEMU (items 1-3)
+#   gpu      tools/devstack/verify-gpu.sh: the fake-hardware GPU hosts, a
+#            flavor of each path, a bad spec, capacity, NoValidHost, the
+#            reclaimer, Prometheus (item 4)
+#   restart  tools/devstack/verify-restart.sh: units restarted while
+#            servers boot (item 5)
 #   unstack  unstack.sh, clean.sh, container stopped (not with --keep)
+# A failed check phase (verify, gpu, restart) does not stop the others;
+# the check exits 1 after unstack if any failed.
 #
 # Options:
 #   --workdir DIR       where the root, mirrors and logs live
@@ -26,12 +34,19 @@
 #   --libvirt-type T    kvm or qemu (TCG); default kvm if /dev/kvm opens
 #                       and the CPU shows vmx/svm, else qemu
 #   --rebuild-root      debootstrap again
+#   --checks LIST       the check phases to run, comma-separated
+#                       (default verify,gpu,restart)
+#   --no-fake-hardware  NOVA_GPU_FAKE_HARDWARE=False (no GPU hosts: the
+#                       gpu and restart phases then fail)
+#   --plugin-ref REF    the plugin from this commit of the checkout
+#                       (git archive) instead of the working tree as it is
 set -euo pipefail
 
 HERE=$(cd "$(dirname "$0")" && pwd)
 REPO=$(cd "$HERE/.." && pwd)
 WORKDIR=${NOVA_GPU_DEVSTACK_WORKDIR:-/var/tmp/nova-gpu-devstack}
 KEEP=0 REUSE=0 STOP=0 REBUILD=0 LIBVIRT_TYPE=${NOVA_GPU_DEVSTACK_LIBVIRT_TYPE:-}
+CHECKS=verify,gpu,restart FAKE_HARDWARE=True PLUGIN_REF="" CHECK_FAILED=0
 SUITE=bookworm
 DEBIAN_MIRROR=${NOVA_GPU_DEVSTACK_DEBIAN_MIRROR:-http://deb.debian.org/debian}
 # slirp4netns's fixed addresses: the container is 10.0.2.100 on tap0.
@@ -52,6 +67,9 @@ while [[ $# -gt 0 ]]; do
         --stop) STOP=1 ;;
         --libvirt-type) LIBVIRT_TYPE=$2; shift ;;
         --rebuild-root) REBUILD=1 ;;
+        --checks) CHECKS=$2; shift ;;
+        --no-fake-hardware) FAKE_HARDWARE=False ;;
+        --plugin-ref) PLUGIN_REF=$2; shift ;;
         -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
         *) die "unknown option $1 (see --help)" ;;
     esac
@@ -69,8 +87,9 @@ CT_STACK_HOME=/opt/stack
 
 mkdir -p "$LOGS"
 
-# phase NAME FUNCTION: runs it, appends "name seconds status" to TIMINGS.
-phase() {
+# timed NAME FUNCTION: runs it, appends "name seconds status" to TIMINGS;
+# returns its status.
+timed() {
     local name=$1 start rc=0
     shift
     start=$(date +%s)
@@ -84,10 +103,25 @@ phase() {
     printf '%s\t%s\t%s\n' "$name" "$(( $(date +%s) - start ))" \
         "$([[ $rc == 0 ]] && echo ok || echo "failed rc=$rc")" >> "$TIMINGS"
     echo "=== phase $name: $(( $(date +%s) - start )) s, rc=$rc"
-    if [[ $rc != 0 ]]; then
+    return "$rc"
+}
+
+# phase NAME FUNCTION: a timed phase the run stops at when it fails.
+phase() {
+    timed "$@" || {
         summary
-        die "phase $name failed (logs: $LOGS)"
+        die "phase $1 failed (logs: $LOGS)"
+    }
+}
+
+# phase_check NAME FUNCTION: a check phase (one of --checks): a failure
+# is noted (CHECK_FAILED) and the run goes on.
+phase_check() {
+    if [[ ",$CHECKS," != *",$1,"* ]]; then
+        echo "=== phase $1: skipped (--checks $CHECKS)"
+        return 0
     fi
+    timed "$@" || CHECK_FAILED=1
 }
 
 summary() {
@@ -244,16 +278,20 @@ plugin() {
     local copy=$WORKDIR/nova-gpu-src
     rm -rf "$copy" "$ROOT$CT_MIRRORS/nova-gpu.git"
     mkdir -p "$copy"
-    rsync -a --exclude .git --exclude .tox --exclude '__pycache__' \
-        --exclude '*.egg-info' --exclude .stestr --exclude build \
-        --exclude '*.pyc' "$REPO/" "$copy/"
+    if [[ -n "$PLUGIN_REF" ]]; then
+        git -C "$REPO" archive "$PLUGIN_REF" | tar -x -C "$copy"
+    else
+        rsync -a --exclude .git --exclude .tox --exclude '__pycache__' \
+            --exclude '*.egg-info' --exclude .stestr --exclude build \
+            --exclude '*.pyc' "$REPO/" "$copy/"
+    fi
     git -C "$copy" init -q -b master
     git -C "$copy" add -A
     git -C "$copy" -c user.name=devstack-check -c user.email=devstack-check@localhost \
         commit -q -m "nova-gpu working tree for devstack-check"
     git clone -q --bare "$copy" "$ROOT$CT_MIRRORS/nova-gpu.git"
     chown -R --reference="$ROOT$CT_STACK_HOME" "$ROOT$CT_MIRRORS/nova-gpu.git"
-    echo "plugin: $(git -C "$copy" ls-files | wc -l) files from $REPO"
+    echo "plugin: $(git -C "$copy" ls-files | wc -l) files from $REPO ${PLUGIN_REF:-(working tree)}"
 }
 
 # ---------------------------------------------------------------- boot
@@ -344,6 +382,7 @@ stack() {
     sed -e "s|@HOST_IP@|$CT_IP|" -e "s|@GIT_BASE@|file://$CT_MIRRORS|" \
         -e "s|@PLUGIN_URL@|file://$CT_MIRRORS/nova-gpu.git|" \
         -e "s|@LIBVIRT_TYPE@|$LIBVIRT_TYPE|" \
+        -e "s|@FAKE_HARDWARE@|$FAKE_HARDWARE|" \
         -e "s|@LIBVIRT_CPU_MODE@|$([[ $LIBVIRT_TYPE == kvm ]] && echo host-passthrough || echo none)|" \
         "$HERE/devstack/local.conf.in" > "$ROOT$CT_STACK_HOME/devstack/local.conf"
     chown --reference="$ROOT$CT_STACK_HOME" "$ROOT$CT_STACK_HOME/devstack/local.conf"
@@ -364,14 +403,21 @@ stack() {
 }
 
 # ---------------------------------------------------------------- verify
-verify() {
-    # This checkout's verify.sh (not the plugin's copy): it can change
-    # between a --keep run and a --reuse one.
-    install -m 644 "$HERE/devstack/verify.sh" "$ROOT$CT_STACK_HOME/devstack-check-verify.sh"
-    ct_stack bash "$CT_STACK_HOME/devstack-check-verify.sh" 2>&1 |
-        tee "$LOGS/verify.log"
+# in_ct_check SCRIPT: one of this checkout's check scripts (not the
+# plugin's copy: they can change between a --keep run and a --reuse one),
+# with what it sources, run in the container as devstack's user.
+CT_CHECKS=$CT_STACK_HOME/devstack-check
+in_ct_check() {
+    local script=$1 log=$LOGS/${1%.sh}.log
+    install -d -m 755 "$ROOT$CT_CHECKS"
+    install -m 644 "$HERE"/devstack/verify*.sh "$HERE/devstack/placements.py" \
+        "$ROOT$CT_CHECKS/"
+    ct_stack bash "$CT_CHECKS/$script" 2>&1 | tee "$log"
     return "${PIPESTATUS[0]}"
 }
+verify() { in_ct_check verify.sh; }
+verify_gpu() { in_ct_check verify-gpu.sh; }
+verify_restart() { in_ct_check verify-restart.sh; }
 
 # ---------------------------------------------------------------- unstack
 unstack() {
@@ -433,12 +479,15 @@ else
     phase boot boot
     phase stack stack
 fi
-phase verify verify
+phase_check verify verify
+phase_check gpu verify_gpu
+phase_check restart verify_restart
 if [[ $KEEP == 1 ]]; then
-    echo "kept: enter with  nsenter -t $LEADER -m -u -i -n -p -C -r -w su - stack"
+    echo "kept: enter with  nsenter -t $(leader_pid) -m -u -i -n -p -C -r -w su - stack"
     echo "stop with         $0 --workdir $WORKDIR --stop"
 else
     phase unstack unstack
     phase stop stop_container
 fi
 summary
+[[ $CHECK_FAILED == 0 ]] || die "some checks failed (logs: $LOGS)"

@@ -6,24 +6,9 @@
 # Prints one PASS/FAIL line per check; exits 1 if any failed.
 set -euo pipefail
 
-FAILED=0
 NAME=devstack-check-plain
-IMAGE=devstack-check-empty
-# devstack's clouds.yaml entries: "devstack" is the demo user of the demo
-# project, "devstack-admin" the admin.
-USER_CLOUD=devstack
-ADMIN_CLOUD=devstack-admin
-
-pass() { echo "PASS $*"; }
-fail() { echo "FAIL $*"; FAILED=1; }
-# check DESCRIPTION CMD...: PASS or FAIL by the command's status.
-check() {
-    local what=$1
-    shift
-    if "$@"; then pass "$what"; else fail "$what"; fi
-}
-os_user() { openstack --os-cloud "$USER_CLOUD" "$@"; }
-os_admin() { openstack --os-cloud "$ADMIN_CLOUD" "$@"; }
+# shellcheck source=tools/devstack/verify-lib.sh
+source "$(dirname "$0")/verify-lib.sh"
 
 echo "--- units"
 for unit in devstack@keystone devstack@g-api devstack@placement-api \
@@ -98,14 +83,7 @@ check "GpuFilter enabled ($filters)" grep -q GpuFilter <<< "$filters"
 check "GPU weighers enabled ($weighers)" grep -q GpuFragmentationWeigher <<< "$weighers"
 
 echo "--- a plain server through the openstack CLI"
-if ! os_admin image show "$IMAGE" >/dev/null 2>&1; then
-    # No image server is reachable from here: an empty disk. QEMU runs it
-    # (its firmware finds nothing to boot), which is all Nova needs for
-    # ACTIVE.
-    qemu-img create -q -f qcow2 /tmp/$IMAGE.qcow2 1G
-    os_admin image create --public --disk-format qcow2 --container-format bare \
-        --file /tmp/$IMAGE.qcow2 "$IMAGE" -f value -c id
-fi
+ensure_image
 os_user server delete --wait "$NAME" >/dev/null 2>&1 || true
 # nova-compute disables itself for a few seconds when libvirtd restarts
 # (COMPUTE_STATUS_DISABLED on its provider): wait until Placement offers
@@ -213,5 +191,4 @@ if [[ -n "$server_id" ]]; then
     fi
 fi
 
-if [[ $FAILED == 0 ]]; then echo "verify: all checks passed"; else echo "verify: some checks FAILED"; fi
-exit "$FAILED"
+finish verify

@@ -53,6 +53,12 @@ def parse_ini(path):
     return sections
 
 
+# Every [pci] alias of etc/nova/nova-gpu-pci.conf: the two of one device,
+# one per device of multi-GPU flavors (core.gpu_sets: sets of 2 to 8, for
+# whole GPUs and vGPUs) and the RDMA NIC VF's.
+PCI_ALIASES = 2 + 2 * sum(range(2, 9)) + 1
+
+
 class DevstackPluginTest(testtools.TestCase):
 
     def setUp(self):
@@ -128,7 +134,7 @@ class DevstackPluginTest(testtools.TestCase):
         self.assertEqual('CUSTOM_NVIDIA_GPU', by_name['nvidia-gpu'])
         # and one alias per device of multi-GPU flavors (core.gpu_sets)
         self.assertEqual('CUSTOM_NVIDIA_GPU', by_name['nvidia-gpu-set8-7'])
-        self.assertEqual(2 + 2 * sum(range(2, 9)), len(by_name))
+        self.assertEqual(PCI_ALIASES, len(by_name))
         self.assertEqual(
             ['nova.scheduler.weights.all_weighers'] + OUR_WEIGHERS,
             sched['weight_classes'][0].split(','))
@@ -191,8 +197,7 @@ class DevstackPluginTest(testtools.TestCase):
         # The cell conductor builds the request groups of moves.
         self.assertEqual(['True'],
                          conf['filter_scheduler']['pci_in_placement'])
-        self.assertEqual(2 + 2 * sum(range(2, 9)),
-                         len(conf['pci']['alias']))
+        self.assertEqual(PCI_ALIASES, len(conf['pci']['alias']))
         self.assertNotIn('available_filters', conf['filter_scheduler'])
 
     def test_large_cloud_replaces_the_weighers(self):
@@ -341,6 +346,20 @@ class DevstackPluginTest(testtools.TestCase):
         self.assertFalse([c for c in self.calls()
                           if 'run_process nova-gpu-exporter' in c])
 
+    def test_reclaimer_action_and_grace_period_where_set(self):
+        env = {'ENABLED_SERVICES': 'n-api,n-sch,nova-gpu-reclaimer'}
+        self.run_phases('stack post-config', env=env)
+        reclaimer = parse_ini(self.agent_conf)['gpu_reclaimer']
+        # Unset: the defaults stay (nothing written).
+        self.assertNotIn('action', reclaimer)
+        self.assertNotIn('grace_period', reclaimer)
+        env.update(NOVA_GPU_RECLAIM_ACTION='delete',
+                   NOVA_GPU_RECLAIM_GRACE_PERIOD='0')
+        self.run_phases('stack post-config', env=env)
+        reclaimer = parse_ini(self.agent_conf)['gpu_reclaimer']
+        self.assertEqual(['delete'], reclaimer['action'])
+        self.assertEqual(['0'], reclaimer['grace_period'])
+
     # -- the settings agree with the code ---------------------------------
 
     def settings_value(self, name):
@@ -387,6 +406,155 @@ class DevstackPluginTest(testtools.TestCase):
             classes = {n.name for n in tree.body
                        if isinstance(n, ast.ClassDef)}
             self.assertIn(cls, classes, 'no class %s in %s' % (cls, source))
+
+    # -- fake-hardware mode -----------------------------------------------
+
+    def fake_launcher(self):
+        """A stand-in for Nova's environment's python3 running
+        nova_gpu.tests.harness.fake_compute (Nova is not in the unit
+        tests' environment; its functional test runs the real one): it
+        prints a path file and agent options of the shape the launcher
+        writes. Returns the directory to use as SHIM_BIN_DIR.
+        """
+        bin_dir = os.path.join(self.tmp, 'venv-bin')
+        os.makedirs(bin_dir)
+        stub = os.path.join(bin_dir, 'python3')
+        with open(stub, 'w') as f:
+            f.write(textwrap.dedent("""\
+                #!/bin/bash
+                # -m nova_gpu.tests.harness.fake_compute COMMAND PATH HOST
+                [[ "$2" == nova_gpu.tests.harness.fake_compute ]] || exit 2
+                case "$3 $4" in
+                "path-conf pf-mdev")
+                    printf '[devices]\\nenabled_mdev_types = nvidia-764\\n'
+                    printf '[mdev_nvidia-764]\\n'
+                    printf 'device_addresses = 0000:10:00.0,0000:11:00.0\\n' ;;
+                "path-conf vendor-vfio")
+                    printf '[pci]\\nreport_in_placement = True\\n'
+                    for f in 4 5; do
+                        printf 'device_spec = {"address": '
+                        printf '"0000:10:00.%s", ' "$f"
+                        printf '"resource_class": "CUSTOM_NVIDIA_VGPU", '
+                        printf '"managed": "no"}\\n'
+                    done ;;
+                "agent-options "*)
+                    printf 'host\\t%s\\nnodename\\t%s\\n' "$5" "$5"
+                    [[ $4 == vendor-vfio ]] && printf '%s\\t%s\\n' \\
+                        pci_resource_classes 0000:10:00.0:CUSTOM_NVIDIA_VGPU
+                    ;;
+                *) exit 2 ;;
+                esac
+                exit 0
+                """))
+        os.chmod(stub, 0o755)
+        return bin_dir
+
+    def fake_env(self, **more):
+        env = {'NOVA_GPU_FAKE_HARDWARE': 'True',
+               'NOVA_GPU_FAKE_PATHS': 'pf-mdev vendor-vfio',
+               'NOVA_GPU_FAKE_HOST_PREFIX': 'ds',
+               'SHIM_BIN_DIR': self.fake_launcher()}
+        env.update(more)
+        return env
+
+    def test_fake_hardware_writes_each_hosts_files(self):
+        self.run_phases('stack post-config', 'stack extra',
+                        env=self.fake_env())
+        conf_dir = os.path.dirname(self.agent_conf)
+        fake_dir = os.path.join(self.tmp, 'data', 'nova-gpu', 'fake')
+        pf = parse_ini(os.path.join(conf_dir,
+                                    'nova-compute-fake-pf-mdev.conf'))
+        # nova.conf (nova-cpu.conf) as it is, devstack's bus included...
+        self.assertEqual(['rabbit://stackrabbit:secret@127.0.0.1:5672/'],
+                         pf['DEFAULT']['transport_url'])
+        # ...with the path file written for this host, its own name and
+        # state.
+        self.assertEqual(['ds-pf-mdev'], pf['DEFAULT']['host'])
+        self.assertEqual(['nvidia-764'], pf['devices']['enabled_mdev_types'])
+        self.assertEqual(['0000:10:00.0,0000:11:00.0'],
+                         pf['mdev_nvidia-764']['device_addresses'])
+        self.assertEqual([os.path.join(fake_dir, 'pf-mdev', 'nova')],
+                         pf['DEFAULT']['state_path'])
+        self.assertEqual(
+            [os.path.join(fake_dir, 'pf-mdev', 'provider_config') + '/'],
+            pf['compute']['provider_config_location'])
+        vfio = parse_ini(os.path.join(conf_dir,
+                                      'nova-compute-fake-vendor-vfio.conf'))
+        # Multi-valued JSON entries, one line each (not split at blanks).
+        self.assertEqual(
+            [json.dumps({'address': '0000:10:00.%d' % f,
+                         'resource_class': 'CUSTOM_NVIDIA_VGPU',
+                         'managed': 'no'}) for f in (4, 5)],
+            vfio['pci']['device_spec'])
+        self.assertNotIn('devices', vfio)
+        agent = parse_ini(os.path.join(
+            conf_dir, 'nova-gpu-fake-vendor-vfio.conf'))['gpu_agent']
+        self.assertEqual(['ds-vendor-vfio'], agent['host'])
+        self.assertEqual([os.path.join(fake_dir, 'vendor-vfio', 'sys')],
+                         agent['sysfs_root'])
+        self.assertEqual(['0000:10:00.0:CUSTOM_NVIDIA_VGPU'],
+                         agent['pci_resource_classes'])
+        self.assertEqual(['False'], agent['use_nvml'])
+        self.assertEqual(
+            [os.path.join(fake_dir, 'vendor-vfio', 'provider_config',
+                          'nova-gpu.yaml')], agent['provider_config_file'])
+        # The real host's agent file is left as it was.
+        self.assertNotIn('sysfs_root', parse_ini(self.agent_conf)['gpu_agent'])
+
+    def test_fake_hardware_starts_units_then_waits_for_them(self):
+        env = self.fake_env()
+        bin_dir = env['SHIM_BIN_DIR']
+        self.run_phases('stack post-config', 'stack extra', env=env)
+        calls = self.calls()
+        conf_dir = os.path.dirname(self.agent_conf)
+        sysfs = os.path.join(self.tmp, 'data', 'nova-gpu', 'fake',
+                             'pf-mdev', 'sys')
+        compute_conf = os.path.join(conf_dir,
+                                    'nova-compute-fake-pf-mdev.conf')
+        self.assertIn(
+            'run_process n-gpu-fake-pf-mdev %s/python3 -m '
+            'nova_gpu.tests.harness.fake_compute run pf-mdev --sysfs %s -- '
+            '--config-file %s' % (bin_dir, sysfs, compute_conf), calls)
+        self.assertIn(
+            'run_process nova-gpu-agent-fake-pf-mdev %s/nova-gpu-agent '
+            '--config-file %s --config-file %s' % (
+                bin_dir, compute_conf,
+                os.path.join(conf_dir, 'nova-gpu-fake-pf-mdev.conf')), calls)
+        waits = [i for i, c in enumerate(calls)
+                 if 'compute service list --host ds-' in c]
+        self.assertEqual(2, len(waits), calls)
+        starts = [i for i, c in enumerate(calls)
+                  if c.startswith('run_process n-gpu-fake-')]
+        self.assertLess(max(starts), min(waits))
+
+    def test_fake_hardware_units_are_enabled_and_stopped(self):
+        proc = subprocess.run(
+            ['bash', '-c', 'source %s; source %s; echo "$ENABLED_SERVICES"'
+             % (SHIM, SETTINGS)],
+            env={'PATH': os.environ['PATH'], 'DEST': '/opt/stack',
+                 'NOVA_GPU_FAKE_HARDWARE': 'True',
+                 'NOVA_GPU_FAKE_PATHS': 'whole-gpu'},
+            capture_output=True, text=True, timeout=60)
+        self.assertEqual(0, proc.returncode, proc.stderr)
+        enabled = proc.stdout.strip().split(',')
+        self.assertIn('n-gpu-fake-whole-gpu', enabled)
+        self.assertIn('nova-gpu-agent-fake-whole-gpu', enabled)
+        self.run_phases('unstack', env=self.fake_env())
+        calls = self.calls()
+        for unit in ('n-gpu-fake-pf-mdev', 'nova-gpu-agent-fake-pf-mdev',
+                     'n-gpu-fake-vendor-vfio',
+                     'nova-gpu-agent-fake-vendor-vfio'):
+            self.assertIn('stop_process %s' % unit, calls)
+
+    def test_fake_hardware_installs_what_nova_tests_import(self):
+        self.run_phases('stack install', env=self.fake_env())
+        self.assertIn('pip_install fixtures testtools oslotest '
+                      'wsgi-intercept python-neutronclient', self.calls())
+
+    def test_no_fake_hardware_by_default(self):
+        self.run_phases('stack install', 'stack post-config', 'stack extra',
+                        'unstack')
+        self.assertEqual([], [c for c in self.calls() if 'fake' in c])
 
 
 class ShellcheckTest(testtools.TestCase):

@@ -1,0 +1,293 @@
+"""nova-compute on fake GPU hardware: devstack's fake-hardware mode.
+
+A development tool, as devstack offers fake virt drivers for clouds
+without hardware (``NOVA_GPU_FAKE_HARDWARE``, doc/source/devstack.rst):
+Nova's own ``nova-compute`` (``nova.cmd.compute.main``, its libvirt
+driver, its resource tracker, its RPC over the cloud's RabbitMQ) run with
+Nova's fake libvirt (``nova.tests.fixtures.libvirt``, as Nova's and this
+package's functional tests use it) carrying the GPUs of one path in the
+shape ``nova_gpu.tests.harness.cloud`` gives each generation. Beside it
+the host's fake sysfs tree (``agent_process.HostSysfs``), kept in step
+with the mdevs Nova's driver makes, for a real ``nova-gpu-agent`` whose
+``[gpu_agent] sysfs_root`` points there. Only hardware is faked.
+
+Commands (``python -m nova_gpu.tests.harness.fake_compute``)::
+
+  path-conf PATH HOST            the path's etc/nova file with this fake
+                                 host's type ids and addresses (stdout)
+  agent-options PATH HOST        [gpu_agent] options of its agent, one
+                                 "option<TAB>value" line each
+  run PATH --sysfs DIR -- ARGS   nova-compute with ARGS (its
+                                 --config-file ...), the tree under DIR
+
+PATH is one of ``PATHS``, named as the files of etc/nova
+(``nova-compute-<PATH>.conf``).
+"""
+
+import argparse
+import os
+import shutil
+import sys
+
+# The hosts of each path: what nova_gpu/tests/functional/scheduler/
+# test_gpu_paths.py boots on, one fake host per path.
+PATHS = ('pf-mdev', 'vf-mdev', 'mig-vgpu', 'vendor-vfio', 'whole-gpu')
+_HOSTS = {
+    # Turing: mdev types on the PF, two T4-8C per GPU.
+    'pf-mdev': dict(model='T4', vgpu_type='T4-8C'),
+    # Ampere, vGPU 16: SR-IOV + mdev, one VGPU provider per VF.
+    'vf-mdev': dict(model='A100-40GB', vgpu_type='A100-10C'),
+    # Ampere in MIG mode: a MIG-backed type on the VFs.
+    'mig-vgpu': dict(model='A100-40GB', vgpu_type='A100-2-10C', mig=True),
+    # Hopper, vGPU 17+: vendor-specific VFIO VFs, pooled per GPU.
+    'vendor-vfio': dict(model='H100-80GB', vgpu_type='H100-20C',
+                        path='vfio'),
+    # Whole GPUs (PCI passthrough of the PF).
+    'whole-gpu': dict(model='H200-141GB', path='passthrough'),
+}
+GPUS = 2
+# libvirt and QEMU versions the fake reports (Nova's vGPU tests').
+LIBVIRT_VERSION = 8000000
+QEMU_VERSION = 6002000
+
+
+def host_spec(path, hostname):
+    """The ``cloud.GpuHost`` of a path, named ``hostname``."""
+    from nova_gpu.tests.harness import cloud
+    if path not in _HOSTS:
+        raise ValueError('unknown GPU path %r: one of %s'
+                         % (path, ', '.join(PATHS)))
+    return cloud.GpuHost(hostname, gpus=GPUS, **_HOSTS[path])
+
+
+def _devices(spec):
+    """(GpuState per GPU, fakelibvirt PCI info) of the host: the
+    harness's first host's addresses (each fake host is a machine of its
+    own).
+    """
+    from nova_gpu.tests.harness import cloud
+    return cloud._host_devices(spec, 0)
+
+
+def path_conf(path, hostname):
+    """The text of etc/nova/nova-compute-<path>.conf for this fake host:
+    the file's options, its example type ids and addresses replaced by the
+    host's (as the functional harness does, ``service_conf.host_values``).
+    """
+    import nova.conf  # noqa: F401  (registers the options merge checks)
+    from oslo_config import cfg
+
+    from nova_gpu.tests.harness import cloud
+    from nova_gpu.tests.harness import service_conf
+    spec = host_spec(path, hostname)
+    key = cloud._path_file_key(spec)
+    values = service_conf.merge([service_conf.PATH_FILES[key]], cfg.CONF)
+    mdev, specs = cloud._host_addresses([spec])
+    values = service_conf.host_values(values, mdev, specs)
+    sections = {}
+    for (group, option), value in values.items():
+        sections.setdefault(group, []).extend(
+            '%s = %s' % (option, v)
+            for v in (value if isinstance(value, list) else [value]))
+    lines = ['# %s for the fake host %s (nova_gpu.tests.harness.'
+             'fake_compute path-conf %s)' % (
+                 service_conf.PATH_FILES[key], hostname, path)]
+    for group, options in sections.items():
+        lines += ['', '[%s]' % group] + options
+    return '\n'.join(lines) + '\n'
+
+
+def agent_options(path, hostname):
+    """{option: value} of ``[gpu_agent]`` for the host's agent: the
+    resource classes ``path_conf``'s ``[pci] device_spec`` gives its GPUs
+    (PCI in Placement paths), keyed by each GPU's PF.
+    """
+    from oslo_serialization import jsonutils
+
+    from nova_gpu.tests.harness import cloud
+    spec = host_spec(path, hostname)
+    options = {'host': hostname, 'nodename': hostname}
+    gpus, _info = _devices(spec)
+    classes = {}
+    text = path_conf(path, hostname)
+    for line in text.splitlines():
+        if line.startswith('device_spec = '):
+            entry = jsonutils.loads(line.split(' = ', 1)[1])
+            for gpu in gpus:
+                if entry['address'] in gpu.functions():
+                    classes[gpu.address] = entry['resource_class']
+    if classes and spec.path in (cloud.VFIO, cloud.PASSTHROUGH):
+        options['pci_resource_classes'] = ','.join(
+            '%s:%s' % kv for kv in sorted(classes.items()))
+    return options
+
+
+class FakeGpuHost:
+    """Nova's fake libvirt patched in for one fake GPU host.
+
+    ``start`` installs the fixtures Nova's functional libvirt tests use
+    (``nova.tests.functional.libvirt.base.ServersTestBase``) and the
+    host's connection; ``sysfs`` (a directory) gets the host's fake sysfs
+    tree, rebuilt at each start (the fake hardware starts afresh).
+    """
+
+    def __init__(self, path, hostname, sysfs):
+        self.spec = host_spec(path, hostname)
+        self.gpus, self.pci_info = _devices(self.spec)
+        self.sysfs_dir = sysfs
+        self.connection = None
+        self.tree = None
+        self._fixtures = []
+
+    def _use(self, fixture):
+        fixture.setUp()
+        self._fixtures.append(fixture)
+        return fixture
+
+    def start(self):
+        import fixtures
+        from nova.tests import fixtures as nova_fixtures
+        from nova.tests.fixtures import libvirt as fakelibvirt
+
+        from nova_gpu.tests.harness import agent_process
+        use = self._use
+        use(nova_fixtures.LibvirtImageBackendFixture())
+        use(nova_fixtures.CGroupsFixture())
+        use(nova_fixtures.LibvirtFixture())
+        use(nova_fixtures.OSBrickFixture())
+        for target, kw in (
+                ('nova.virt.libvirt.LibvirtDriver._create_image',
+                 {'return_value': (False, False)}),
+                ('nova.virt.libvirt.LibvirtDriver._get_local_gb_info',
+                 {'return_value': {'total': 128, 'used': 0, 'free': 128}}),
+                ('nova.virt.libvirt.driver.libvirt_utils.is_valid_hostname',
+                 {'return_value': True}),
+                ('nova.privsep.utils.supports_direct_io',
+                 {'return_value': True}),
+                ('nova.virt.libvirt.host.Host.get_online_cpus',
+                 {'return_value': set(range(8))}),
+                ('nova.virt.libvirt.LibvirtDriver._get_instance_disk_info',
+                 {'return_value': []}),
+                # Nova's PCI code reads the host's sysfs for network PFs.
+                ('nova.pci.utils.is_physical_function',
+                 {'return_value': False}),
+                ('nova.pci.utils.get_function_by_ifname',
+                 {'return_value': (None, False)}),
+                ('nova.virt.libvirt.driver.LibvirtDriver._create_mdev',
+                 {'side_effect': self._create_mdev})):
+            use(fixtures.MockPatch(target, **kw))
+        # The console log and disk files the fake guest never wrote.
+        use(fixtures.MockPatch(
+            'nova.virt.libvirt.driver.libvirt_utils.file_open',
+            side_effect=lambda *a, **k: __import__('io').BytesIO(b'')))
+        # libvirt's listDevices returns a list, Nova's fake a live view.
+        use(fixtures.MonkeyPatch(
+            'nova.tests.fixtures.libvirt.HostMdevDevicesInfo.get_all_devices',
+            lambda info: list(info.devices)))
+        self.connection = fakelibvirt.Connection(
+            'qemu:///system', version=LIBVIRT_VERSION,
+            hv_version=QEMU_VERSION,
+            host_info=fakelibvirt.HostInfo(cpu_nodes=2, cpu_sockets=1,
+                                           cpu_cores=2, cpu_threads=2),
+            pci_info=self.pci_info, hostname=self.spec.name)
+        for gpu in self.gpus:
+            gpu.connection = self.connection
+        use(fixtures.MockPatch('nova.virt.libvirt.host.Host.get_connection',
+                               return_value=self.connection))
+        shutil.rmtree(self.sysfs_dir, ignore_errors=True)
+        self.tree = agent_process.HostSysfs(
+            self.connection, self.sysfs_dir, self.vendor_vfio())
+        return self
+
+    def stop(self):
+        while self._fixtures:
+            self._fixtures.pop().cleanUp()
+
+    def vendor_vfio(self):
+        """NVIDIA's vendor VFIO files of a vendor-VFIO host's VFs: the
+        type preset on each (``AgentReportsMixin._vendor_vfio``).
+        """
+        from nova_gpu.tests.harness import cloud
+        if self.spec.path != cloud.VFIO:
+            return {}
+        type_id = int(cloud.mdev_type_id(self.spec.vgpu_type).split('-')[1])
+        creatable = {type_id: 'NVIDIA %s' % self.spec.vgpu_type}
+        return {vf: (creatable, type_id)
+                for gpu in self.gpus for vf in gpu.vfs}
+
+    def _create_mdev(self, dev_name, mdev_type, uuid=None):
+        """What the kernel does when Nova's driver makes an mdev: the
+        device in libvirt's list and in sysfs, and on a GPU in MIG mode
+        the GPU instance behind it (``cloud.GpuState.carve``).
+        """
+        from nova.tests.fixtures import libvirt as fakelibvirt
+        from nova.virt.libvirt import utils as libvirt_utils
+        from oslo_utils import uuidutils
+
+        from nova_gpu.tests.harness import cloud
+        uuid = uuid or uuidutils.generate_uuid()
+        name = libvirt_utils.mdev_uuid2name(uuid)
+        self.connection.mdev_info.devices[name] = fakelibvirt.FakeMdevDevice(
+            dev_name=name, type_id=mdev_type, parent=dev_name)
+        address = cloud._address(dev_name)
+        for gpu in self.gpus:
+            if self.spec.mig and address in gpu.vfs:
+                gpu.carve(uuid)
+        self.tree.sync()
+        return uuid
+
+
+def run(path, sysfs, nova_args):
+    """nova-compute (Nova's main) on the fake host of ``path``."""
+    from nova.cmd import compute
+    from oslo_config import cfg
+
+    # The host name comes from the unit's file ([DEFAULT] host): parse it
+    # the way nova-compute will, before the fake host is built.
+    conf = cfg.ConfigOpts()
+    conf.register_opt(cfg.StrOpt('host'))
+    conf(nova_args, project='nova', default_config_files=[])
+    if not conf.host:
+        raise SystemExit('fake_compute: the unit\'s file sets no [DEFAULT] '
+                         'host (each fake host needs its own name)')
+    host = FakeGpuHost(path, conf.host, sysfs).start()
+    sys.argv = ['nova-compute'] + list(nova_args)
+    try:
+        return compute.main()
+    finally:
+        host.stop()
+
+
+def main(argv=None):
+    # Native threading, as Nova 34's nova-compute (nova.tests.functional
+    # would otherwise choose eventlet when imported).
+    os.environ.setdefault('OS_NOVA_DISABLE_EVENTLET_PATCHING', 'true')
+    parser = argparse.ArgumentParser(
+        prog='python -m nova_gpu.tests.harness.fake_compute',
+        description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest='command', required=True)
+    for name in ('path-conf', 'agent-options'):
+        p = sub.add_parser(name)
+        p.add_argument('path', choices=PATHS)
+        p.add_argument('host')
+    p = sub.add_parser('run')
+    p.add_argument('path', choices=PATHS)
+    p.add_argument('--sysfs', required=True,
+                   help='where the fake sysfs tree is written')
+    argv = list(sys.argv[1:] if argv is None else argv)
+    # nova-compute's own arguments follow "--".
+    split = argv.index('--') if '--' in argv else len(argv)
+    args = parser.parse_args(argv[:split])
+    nova_args = argv[split + 1:]
+    if args.command == 'path-conf':
+        sys.stdout.write(path_conf(args.path, args.host))
+    elif args.command == 'agent-options':
+        for option, value in agent_options(args.path, args.host).items():
+            print('%s\t%s' % (option, value))
+    else:
+        return run(args.path, args.sysfs, nova_args)
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())

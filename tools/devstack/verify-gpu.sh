@@ -1,0 +1,313 @@
+#!/bin/bash
+# The GPU checks of tools/devstack-check.sh (issue 24, item 4), run in the
+# container as devstack's user after verify.sh, on the plugin's
+# fake-hardware hosts (NOVA_GPU_FAKE_HARDWARE): with devstack's
+# credentials and the real openstack CLI,
+#   - each fake host's units run and its agent's report reached the cloud;
+#   - a flavor of each path boots ACTIVE as the demo user, on its host,
+#     its Placement allocation on a GPU provider, and that GPU (openstack
+#     gpu server show) is the one nova-gpu-scheduler ranked first (its
+#     gpu.placement.decided notification, recorded by placements.py);
+#   - a bad gpu: spec is refused with 400 naming the key;
+#   - openstack gpu capacity says how many spot servers fit, and exactly
+#     that many boot; one more (on-demand) gets NoValidHost with the
+#     plugin's reason in devstack@n-sch's journal; nova-gpu-reclaimer
+#     evicts a spot server for it and it boots;
+#   - Prometheus (Debian's) scrapes nova-gpu-exporter with the shipped
+#     rules (etc/prometheus), which promtool checks and tests.
+# Prints one PASS/FAIL line per check; exits 1 if any failed.
+set -euo pipefail
+
+HERE=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=tools/devstack/verify-lib.sh
+source "$HERE/verify-lib.sh"
+
+PLUGIN_DIR=/opt/stack/nova-gpu
+PREFIX=$(hostname -s)
+RECORD=/tmp/devstack-check-placements.jsonl
+# The gpu: keys of each path's flavor: the hosts of
+# nova_gpu.tests.harness.fake_compute (T4, A100, A100 in MIG mode, H100
+# vendor-VFIO, H200 whole).
+declare -A SPECS=(
+    [pf-mdev]="gpu:profile=T4-8C"
+    [vf-mdev]="gpu:profile=A100-10C"
+    [mig-vgpu]="gpu:profile=A100-2-10C"
+    [vendor-vfio]="gpu:profile=H100-20C gpu:backend=vfio"
+    [whole-gpu]="gpu:kind=whole gpu:model=H200-141GB"
+)
+mapfile -t PATHS < <(systemctl list-units --all --no-legend --plain \
+    'devstack@n-gpu-fake-*' | sed -n 's/^devstack@n-gpu-fake-\(.*\)\.service.*/\1/p')
+
+# gpu_of SERVER: the GPU indices of the server's devices (openstack gpu
+# server show, from its Placement allocation and the exporter).
+gpu_of() {
+    os_admin gpu server show "$1" -f json |
+        json "print(' '.join(sorted({str(d['gpu']) for d in d['GPU Devices'] if d.get('gpu') is not None})))"
+}
+
+# ranked_of SERVER: the GPUs nova-gpu-scheduler ranked first for it.
+ranked_of() {
+    python3 - "$1" "$RECORD" <<'PY'
+import json, sys
+server, path = sys.argv[1:]
+found = ''
+for line in open(path):
+    event = json.loads(line)
+    if (event['event_type'] == 'gpu.placement.decided'
+            and event.get('instance_uuid') == server):
+        found = ' '.join(sorted(str(g) for g in event['gpus'])) + \
+            ' on ' + event['host']
+print(found)
+PY
+}
+
+# gpu_allocation SERVER: "RC=N on PROVIDER" of its GPU allocation.
+gpu_allocation() {
+    local rp rc
+    os_admin resource provider allocation show "$1" -f json >/tmp/alloc.json
+    read -r rp rc < <(json "
+for a in d:
+    for rc, n in a['resources'].items():
+        if rc == 'VGPU' or rc.startswith('CUSTOM_NVIDIA'):
+            print(a['resource_provider'], '%s=%s' % (rc, n))" </tmp/alloc.json) || true
+    [[ -n "${rp:-}" ]] || return 1
+    echo "$rc on $(os_admin resource provider show "$rp" -f value -c name)"
+}
+
+echo "--- the fake GPU hosts (${PATHS[*]:-none})"
+[[ ${#PATHS[@]} -gt 0 ]] || fail "no devstack@n-gpu-fake-* unit: NOVA_GPU_FAKE_HARDWARE is off"
+for path in "${PATHS[@]}"; do
+    for unit in "devstack@n-gpu-fake-$path" "devstack@nova-gpu-agent-fake-$path"; do
+        state=$(systemctl is-active "$unit" || true)
+        if [[ $state == active ]]; then
+            pass "$unit active"
+        else
+            fail "$unit is '$state'"
+            journalctl -u "$unit" --no-pager -n 20 || true
+        fi
+    done
+done
+for path in "${PATHS[@]}"; do
+    host=$PREFIX-$path
+    if wait_until 180 bash -c "openstack --os-cloud $ADMIN_CLOUD gpu host list -f value -c Host -c GPUs | grep -qx '$host 2'"; then
+        pass "$host: its agent's report (2 GPUs) reached the exporter over RabbitMQ"
+    else
+        fail "$host: no report with 2 GPUs in openstack gpu host list after 180 s"
+    fi
+    if os_admin hypervisor list -f value -c "Hypervisor Hostname" | grep -qx "$host"; then
+        pass "$host: nova-compute registered and mapped (hypervisor list)"
+    else
+        fail "$host: not in openstack hypervisor list"
+    fi
+done
+if journalctl -u devstack@n-sch --no-pager -o cat | grep -q "GPU report .* of $PREFIX-${PATHS[0]:-x} ingested (2 GPUs)"; then
+    pass "nova-gpu-scheduler ingested the reports ($(journalctl -u devstack@n-sch --no-pager -o cat | grep -c "GPU report .* of $PREFIX-.* ingested (2 GPUs)") lines)"
+else
+    fail "devstack@n-sch's journal has no 'GPU report ... ingested (2 GPUs)' of the fake hosts"
+fi
+
+# The scheduler's decisions, as they are sent.
+: > "$RECORD"
+"$VENV_BIN/python3" "$HERE/placements.py" /etc/nova/nova.conf "$RECORD" \
+    >/tmp/placements.log 2>&1 &
+RECORDER=$!
+trap 'kill $RECORDER 2>/dev/null || true' EXIT
+wait_until 30 grep -q recording /tmp/placements.log ||
+    fail "placements.py did not start: $(tail -3 /tmp/placements.log)"
+
+ensure_image
+echo "--- a flavor of each path, booted by the demo user"
+declare -A SERVERS=()
+for path in "${PATHS[@]}"; do
+    flavor=devstack-check-$path
+    # shellcheck disable=SC2086  # the spec's keys, separated by blanks
+    gpu_flavor "$flavor" ${SPECS[$path]}
+    name=devstack-check-$path
+    os_user server delete --wait "$name" >/dev/null 2>&1 || true
+    start=$SECONDS
+    if ! id=$(boot "$name" "$flavor"); then
+        fail "$path: openstack server create --flavor $flavor failed"
+        os_admin server show "$name" -f value -c fault 2>/dev/null || true
+        continue
+    fi
+    SERVERS[$path]=$id
+    status=$(os_user server show "$id" -f value -c status)
+    host=$(os_admin server show "$id" -f value -c OS-EXT-SRV-ATTR:host)
+    if [[ $status == ACTIVE && $host == "$PREFIX-$path" ]]; then
+        pass "$path: $name ($flavor: ${SPECS[$path]}) ACTIVE on $host in $(( SECONDS - start )) s"
+    else
+        fail "$path: $name is $status on '$host' (wanted ACTIVE on $PREFIX-$path)"
+    fi
+    if allocation=$(gpu_allocation "$id"); then
+        pass "$path: Placement allocation $allocation"
+    else
+        fail "$path: no GPU in the Placement allocation of $id ($(cat /tmp/alloc.json))"
+    fi
+    gpus=$(gpu_of "$id" || true)
+    ranked=""
+    wait_until 30 bash -c "[[ -n \"\$(grep -s '$id' '$RECORD')\" ]]" || true
+    ranked=$(ranked_of "$id")
+    if [[ -n "$gpus" && "$gpus on $host" == "$ranked" ]]; then
+        pass "$path: its device is on GPU $gpus of $host (openstack gpu server show), the GPU nova-gpu-scheduler ranked first (gpu.placement.decided: $ranked)"
+    else
+        fail "$path: device on GPU '$gpus' of $host, the plugin ranked '$ranked' first"
+    fi
+done
+if os_admin gpu server show "${SERVERS[vf-mdev]:-none}" >/tmp/gpu-server-show.out 2>&1; then
+    pass "openstack gpu server show answers"
+    cat /tmp/gpu-server-show.out
+else
+    fail "openstack gpu server show failed: $(cat /tmp/gpu-server-show.out)"
+fi
+for path in "${!SERVERS[@]}"; do
+    os_user server delete --wait "${SERVERS[$path]}" || fail "$path: delete failed"
+done
+
+echo "--- a bad gpu: spec"
+for spec in gpu:profile=NO-SUCH-8C gpu:profle=T4-8C gpu:count=many; do
+    key=${spec%%=*}
+    os_admin flavor delete devstack-check-bad >/dev/null 2>&1 || true
+    if out=$(os_admin flavor create --vcpus 1 --ram 512 --disk 1 \
+            --property "$spec" devstack-check-bad 2>&1); then
+        fail "$spec accepted"
+    elif grep -q "HTTP 400" <<< "$out" && grep -qF "$key" <<< "$out"; then
+        pass "$spec refused: $(grep -o 'HTTP 400.*\|Validation.*' <<< "$out" | head -1 | cut -c1-200)"
+    else
+        fail "$spec refused, but not with 400 naming $key: $out"
+    fi
+    os_admin flavor delete devstack-check-bad >/dev/null 2>&1 || true
+done
+
+echo "--- capacity, NoValidHost, the reclaimer"
+gpu_flavor devstack-check-spot gpu:profile=T4-8C gpu:preemptible=true
+os_user gpu host list || fail "openstack gpu host list (demo user) failed"
+# The agents report every NOVA_GPU_FAKE_AGENT_INTERVAL (10 s): after the
+# deletes above, the T4 host's capacity is back once it reported.
+sleep 25
+capacity=$(os_user gpu capacity --flavor devstack-check-spot -f value -c Servers | head -1)
+os_user gpu capacity --flavor devstack-check-spot || true
+spot=()
+for n in $(seq 1 "${capacity:-0}"); do
+    if id=$(boot "devstack-check-spot-$n" devstack-check-spot); then
+        spot+=("$id")
+    else
+        fail "spot server $n of $capacity did not boot"
+    fi
+done
+if [[ ${capacity:-0} -gt 0 && ${#spot[@]} == "$capacity" ]]; then
+    pass "openstack gpu capacity --flavor devstack-check-spot: $capacity servers; $capacity booted ACTIVE"
+else
+    fail "capacity said ${capacity:-nothing}, ${#spot[@]} booted"
+fi
+since=$(date '+%F %T')
+start=$SECONDS
+if id=$(boot devstack-check-ondemand devstack-check-pf-mdev 2>/tmp/ondemand.err); then
+    fail "the on-demand server booted although the capacity was used up (${capacity:-?} spot servers)"
+else
+    fault=$(os_user server show devstack-check-ondemand -f value -c fault 2>/dev/null || true)
+    id=$(os_user server show devstack-check-ondemand -f value -c id)
+    if grep -q "No valid host" <<< "$fault"; then
+        pass "on-demand server $id: NoValidHost ($(cut -c1-80 <<< "$fault"))"
+    else
+        fail "on-demand server $id failed without NoValidHost: $fault $(cat /tmp/ondemand.err)"
+    fi
+    reason=$(journalctl -u devstack@n-sch --since "$since" --no-pager -o cat |
+        grep -m1 "GpuFilter: no host can serve the GPU request of $id" || true)
+    if [[ -n "$reason" ]]; then
+        pass "devstack@n-sch: ${reason:0:300}"
+    else
+        fail "devstack@n-sch's journal has no GpuFilter reason for $id"
+    fi
+fi
+# nova-gpu-reclaimer saw the refusal (Nova's versioned notification) and
+# evicts (deletes, NOVA_GPU_RECLAIM_ACTION) a spot server.
+evicted=""
+# shellcheck disable=SC2317  # called through wait_until
+left() {
+    local s
+    for s in "${spot[@]}"; do
+        os_admin server show "$s" >/dev/null 2>&1 || { evicted=$s; return 0; }
+    done
+    return 1
+}
+if wait_until 240 left; then
+    pass "nova-gpu-reclaimer evicted spot server $evicted $(( SECONDS - start )) s after the refusal"
+    journalctl -u devstack@nova-gpu-reclaimer --since "$since" --no-pager -o cat |
+        grep -i -m5 "evict\|reclaim\|room" || true
+    os_user server delete --wait devstack-check-ondemand >/dev/null 2>&1 || true
+    sleep 20  # the T4 host's agent reports the freed vGPU
+    start=$SECONDS
+    if id=$(boot devstack-check-ondemand devstack-check-pf-mdev); then
+        pass "the on-demand server booted ACTIVE in the room made ($(( SECONDS - start )) s)"
+    else
+        fail "the on-demand server did not boot after the eviction"
+    fi
+else
+    fail "no spot server evicted 240 s after the refusal"
+    journalctl -u devstack@nova-gpu-reclaimer --since "$since" --no-pager -n 30 -o cat || true
+fi
+for s in "${spot[@]}" devstack-check-ondemand; do
+    os_user server delete --wait "$s" >/dev/null 2>&1 || true
+done
+
+echo "--- Prometheus with the shipped rules"
+rules=$PLUGIN_DIR/etc/prometheus/nova-gpu-rules.yaml
+if ! command -v prometheus >/dev/null; then
+    # The log is the stack user's.
+    # shellcheck disable=SC2024
+    sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
+        prometheus >/tmp/apt-prometheus.log 2>&1 || fail "apt-get install prometheus failed"
+fi
+sudo tee /etc/prometheus/prometheus.yml >/dev/null <<EOF
+# tools/devstack/verify-gpu.sh
+global:
+  scrape_interval: 5s
+  evaluation_interval: 5s
+rule_files:
+  - $rules
+scrape_configs:
+  - job_name: nova-gpu
+    static_configs:
+      - targets: ['127.0.0.1:9836']
+EOF
+check "promtool check config (the rules included)" promtool check config /etc/prometheus/prometheus.yml
+if [[ -f $PLUGIN_DIR/etc/prometheus/nova-gpu-rules.test.yaml ]]; then
+    check "promtool test rules etc/prometheus/nova-gpu-rules.test.yaml" \
+        bash -c "cd $PLUGIN_DIR/etc/prometheus && promtool test rules nova-gpu-rules.test.yaml"
+fi
+sudo systemctl restart prometheus
+prom() { curl -sf "http://127.0.0.1:9090/api/v1/$1"; }
+# shellcheck disable=SC2317  # called through wait_until
+target_up() {
+    prom 'query?query=up%7Bjob%3D%22nova-gpu%22%7D' | json "
+import sys; r = d['data']['result']; sys.exit(0 if r and r[0]['value'][1] == '1' else 1)"
+}
+if wait_until 90 target_up; then
+    pass "Prometheus scrapes nova-gpu-exporter (up{job=\"nova-gpu\"} = 1)"
+else
+    fail "Prometheus does not scrape nova-gpu-exporter: $(prom targets | cut -c1-300)"
+fi
+groups=$(prom rules | json "print(len(d['data']['groups']), sum(len(g['rules']) for g in d['data']['groups']))" || true)
+if [[ -n "$groups" && ${groups%% *} -gt 0 ]]; then
+    pass "Prometheus loaded the shipped rules: ${groups% *} groups, ${groups#* } rules"
+else
+    fail "Prometheus loaded no rule group"
+fi
+# The recording rules fed by the exporter's series have samples (those of
+# the agents' NVML series cannot: no NVML on fake hardware).
+with_samples=()
+sleep 15
+while read -r record; do
+    if prom "query?query=$record" | grep -q '"result":\[{'; then
+        with_samples+=("$record")
+    fi
+done < <(sed -n 's/^ *- record: *//p' "$rules")
+if [[ ${#with_samples[@]} -gt 0 ]]; then
+    pass "recording rules with samples: ${with_samples[*]}"
+else
+    fail "no recording rule of $rules has samples"
+fi
+samples=$(prom 'query?query=count(%7B__name__%3D~%22nova_gpu_.*%22%7D)' | json "print(d['data']['result'][0]['value'][1])" || echo 0)
+pass "Prometheus holds $samples nova_gpu series"
+
+finish verify-gpu
