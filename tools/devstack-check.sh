@@ -43,7 +43,9 @@
 set -euo pipefail
 
 HERE=$(cd "$(dirname "$0")" && pwd)
-REPO=$(cd "$HERE/.." && pwd)
+# The checkout (NOVA_GPU_DEVSTACK_REPO: where a copy of tools/ runs, so
+# that editing the script does not change a run under way).
+REPO=${NOVA_GPU_DEVSTACK_REPO:-$(cd "$HERE/.." && pwd)}
 WORKDIR=${NOVA_GPU_DEVSTACK_WORKDIR:-/var/tmp/nova-gpu-devstack}
 KEEP=0 REUSE=0 STOP=0 REBUILD=0 LIBVIRT_TYPE=${NOVA_GPU_DEVSTACK_LIBVIRT_TYPE:-}
 CHECKS=verify,gpu,restart FAKE_HARDWARE=True PLUGIN_REF="" CHECK_FAILED=0
