@@ -388,7 +388,7 @@ function start_nova_gpu_fake_host {
 # stack.sh maps the computes into the cell (tools/discover_hosts.sh).
 function wait_for_nova_gpu_fake_hosts {
     local path host deadline
-    deadline=$(( SECONDS + ${NOVA_READY_TIMEOUT:-60} ))
+    deadline=$(( SECONDS + NOVA_GPU_FAKE_READY_TIMEOUT ))
     for path in $NOVA_GPU_FAKE_PATHS; do
         host=$(_nova_gpu_fake_host "$path")
         until openstack --os-cloud devstack-admin compute service list \
