@@ -40,6 +40,8 @@ PARTS = (
                'quarantines'),
     ('usage', 'usage for billing through report outages, exporter '
               'restarts and migrations'),
+    ('idle', 'owners told of idle GPUs through exporter restarts, Nova '
+             'outages, migrations and deletions'),
 )
 RESULTS = os.path.join(os.path.dirname(__file__), '..', '..', 'doc',
                        'source', 'results', 'reliability.md')
