@@ -422,6 +422,8 @@ def utilisation_samples(nvml, gpm=None):
     one value.
     """
     if nvml is None or not nvml.available:
+        if gpm:
+            gpm.clear()   # samples of an NVML gone: not to be compared
         return None
     lib = nvml.lib
 
