@@ -53,8 +53,9 @@ class ServiceFilesTest(test.NoDBTestCase):
 
     def test_every_service_file_set_passes_novas_check(self):
         # The one-device aliases and the set aliases of multi-GPU flavors
-        # (core.gpu_sets), each with its resource class and trait.
-        expected = {'nvidia-gpu', 'nvidia-vgpu'} | {
+        # (core.gpu_sets), each with its resource class and trait, and the
+        # RDMA NIC functions of gpu:rdma flavors (core.rdma).
+        expected = {'nvidia-gpu', 'nvidia-vgpu', 'rdma-vf'} | {
             gpu_sets.alias_name(base, count, k)
             for base in ('nvidia-gpu', 'nvidia-vgpu')
             for count in range(2, gpu_sets.MAX_COUNT + 1)
