@@ -78,7 +78,8 @@ def reason_of(why):
     for words, code in (
             (('cpu milli', 'mib memory', 'numa node can hold'), CPU_MEMORY),
             (('no gpu of model',), GPU_MODEL),
-            (('topology=',), TOPOLOGY),
+            # gpu:rdma: no GPU-NIC pair in one PCIe switch (core.rdma).
+            (('topology=', 'nic vf', 'rdma nic', 'pcie tree'), TOPOLOGY),
             (('gpus can take', 'full with the earlier instances'),
              NO_GPU_FITS),
             (('driver', 'vgpu version'), DRIVER),

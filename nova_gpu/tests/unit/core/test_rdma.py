@@ -7,6 +7,7 @@ from nova_gpu.core import engine as engine_mod
 from nova_gpu.core import exceptions
 from nova_gpu.core import flavor
 from nova_gpu.core import host as H
+from nova_gpu.core import notification
 from nova_gpu.core import rdma
 from nova_gpu.core import report
 from nova_gpu.core import request as R
@@ -135,6 +136,11 @@ class EngineTest(base.TestCase):
         err = self.assertRaises(exceptions.NoFit, self.engine.best, host,
                                 whole())
         self.assertIn('unpaired GPUs', str(err))
+        # Counted as a topology refusal in gpu.placement.refused.
+        for text in (why, rdma.why_not(hgx(self.catalog, without_nics=True),
+                                       1, SWITCH)):
+            self.assertEqual(notification.TOPOLOGY,
+                             notification.reason_of(text))
 
     def test_eight_gpus_need_eight_pairs(self):
         host = hgx(self.catalog)
