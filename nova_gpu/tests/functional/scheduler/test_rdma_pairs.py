@@ -72,3 +72,18 @@ class RdmaPairsTest(cloud.GpuCloudTestCase):
             host, _gpu, gpu_switch, nic_switch = self.pair(
                 self.boot(self.flavor))
             self.assertEqual(('hgx', gpu_switch), (host, nic_switch))
+
+    def test_two_gpus_each_with_a_vf_under_its_switch(self):
+        # Two GPUs, two VFs: 49 GPU pairs (set traits) times 64 NIC PF
+        # pairs per host in Placement, every GPU's switch among the VFs'.
+        flavor = self.create_gpu_flavor({'gpu:kind': 'whole',
+                                         'gpu:count': '2',
+                                         'gpu:rdma': 'true'})
+        for _ in range(2):
+            server = self.boot(flavor, host='hgx')
+            gpus = self.gpus_of(server)
+            _uuids, addresses = cloud.hostdev_refs(self.domain_xml(server))
+            nic_switches = sorted(s for _pf, vfs, s in self.rdma_nics('hgx')
+                                  for vf in vfs if vf in addresses)
+            self.assertEqual(sorted(NEAR.gpu_switches[g] for g in gpus),
+                             nic_switches)
