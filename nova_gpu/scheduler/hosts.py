@@ -582,7 +582,11 @@ class Hosts:
                     entry.unit_uuids = old.unit_uuids
                     entry.lost_uuids = old.lost_uuids
                     entry.nic_uuids = old.nic_uuids
-                    known = len(old.uuids) == len(providers)
+                    # NIC providers Placement did not have yet (their
+                    # compute not yet started) are asked again.
+                    known = (len(old.uuids) == len(providers)
+                             and len(old.nic_uuids or ())
+                             == len(entry.nic_names or ()))
                 entry.matched = old.matched
             self._hosts[entry.nodename] = entry
             if not entry.matched:

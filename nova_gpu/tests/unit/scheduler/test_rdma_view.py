@@ -96,3 +96,26 @@ class RdmaViewTest(base.TestCase):
         self.assertEqual((), self.view.ranking(far, RDMA).items)
         self.assertIn('unpaired GPUs', self.view.ranking(far, RDMA).why)
         self.assertTrue(self.view.ranking(near, RDMA).items)
+
+    def test_nic_providers_asked_again_until_placement_has_them(self):
+        asked = []
+
+        def resolver(node, names):
+            asked.append(names)
+            # At first Placement has the GPUs' providers, not the NICs'.
+            return {n: 'rp-' + n for n in names
+                    if len(asked) > 1 or n in entry.providers}
+        entry = self.add_hgx('h1')
+        self.view.resolver = resolver
+        data = report_mod.host_to_dict(entry.host, 'h1', 2, providers={
+            i: [report_mod.provider_dict(name, report_mod.PCI_DEVICE,
+                                         entry.host.gpus[i].address,
+                                         report_mod.WHOLE_GPU_RC)]
+            for name, i in entry.providers.items()})
+        self.view.remove('h1')
+        entry = self.view.ingest(data)
+        self.assertIsNone(entry.nic_uuids)
+        data['generation'] = 3
+        entry = self.view.ingest(data)
+        self.assertEqual(2, len(asked))
+        self.assertEqual(8, len(entry.nic_uuids))
