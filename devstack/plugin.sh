@@ -379,8 +379,12 @@ function start_nova_gpu_fake_host {
     run_process "n-gpu-fake-$path" "$(get_python_exec_prefix)/python3 \
 -m nova_gpu.tests.harness.fake_compute run $path --sysfs $dir/sys \
 -- --config-file $NOVA_GPU_CONF_DIR/nova-compute-fake-$path.conf"
-    run_process "nova-gpu-agent-fake-$path" "$(get_python_exec_prefix)/nova-gpu-agent \
---config-file $NOVA_GPU_CONF_DIR/nova-compute-fake-$path.conf \
+    # nova-gpu-agent's own main; NVML faked at its boundary where the path
+    # needs it (MIG mode is NVML's alone).
+    run_process "nova-gpu-agent-fake-$path" "$(get_python_exec_prefix)/python3 \
+-m nova_gpu.tests.harness.fake_compute agent $path $(_nova_gpu_fake_host "$path") \
+--state $dir/agent-state \
+-- --config-file $NOVA_GPU_CONF_DIR/nova-compute-fake-$path.conf \
 --config-file $NOVA_GPU_CONF_DIR/nova-gpu-fake-$path.conf"
 }
 

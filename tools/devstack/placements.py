@@ -22,6 +22,7 @@ import sys
 import threading
 
 from oslo_config import cfg
+import oslo_messaging as messaging
 
 from nova_gpu.core import notification
 from nova_gpu.core import report
@@ -48,6 +49,8 @@ class Recorder(listening.Endpoint):
 
 def main(argv):
     nova_conf, out_path = argv
+    # Nova's control exchange (nova/rpc.py), where the scheduler sends.
+    messaging.set_transport_defaults('nova')
     conf = cfg.ConfigOpts()
     conf.register_opt(cfg.StrOpt('report_topic', default=report.TOPIC),
                       'gpu_scheduler')

@@ -36,7 +36,8 @@ declare -A SPECS=(
     [whole-gpu]="gpu:kind=whole gpu:model=H200-141GB"
 )
 mapfile -t PATHS < <(systemctl list-units --all --no-legend --plain \
-    'devstack@n-gpu-fake-*' | sed -n 's/^devstack@n-gpu-fake-\(.*\)\.service.*/\1/p')
+    'devstack@n-gpu-fake-*' | awk '{print $1}' |
+    sed -n 's/^devstack@n-gpu-fake-\(.*\)\.service$/\1/p')
 
 # gpu_of SERVER: the GPU indices of the server's devices (openstack gpu
 # server show, from its Placement allocation and the exporter).
@@ -100,8 +101,11 @@ for path in "${PATHS[@]}"; do
         fail "$host: not in openstack hypervisor list"
     fi
 done
-if journalctl -u devstack@n-sch --no-pager -o cat | grep -q "GPU report .* of $PREFIX-${PATHS[0]:-x} ingested (2 GPUs)"; then
-    pass "nova-gpu-scheduler ingested the reports ($(journalctl -u devstack@n-sch --no-pager -o cat | grep -c "GPU report .* of $PREFIX-.* ingested (2 GPUs)") lines)"
+# (Read whole: grep -q closing the pipe early fails it under pipefail.)
+ingested=$(journalctl -u devstack@n-sch --no-pager -o cat |
+    grep -c "GPU report .* of $PREFIX-.* ingested (2 GPUs)" || true)
+if [[ $ingested -gt 0 ]]; then
+    pass "nova-gpu-scheduler ingested the fake hosts' reports ($ingested lines 'GPU report ... of $PREFIX-... ingested (2 GPUs)')"
 else
     fail "devstack@n-sch's journal has no 'GPU report ... ingested (2 GPUs)' of the fake hosts"
 fi

@@ -87,6 +87,20 @@ class FakeComputeTest(test.NoDBTestCase):
         self.assertNotIn('pci_resource_classes',
                          fake_compute.agent_options('vf-mdev', 'x'))
 
+    def test_only_the_mig_host_has_a_fake_nvml(self):
+        # MIG mode is NVML's alone: without it the agent reports the GPUs
+        # out of MIG mode and no host can take a MIG-backed type.
+        gpus = fake_compute.fake_nvml('mig-vgpu', 'x')
+        self.assertEqual(['0000:10:00.0', '0000:11:00.0'],
+                         [g['address'] for g in gpus])
+        self.assertTrue(all(g['mig'] for g in gpus))
+        self.assertTrue(fake_compute.agent_options('mig-vgpu',
+                                                   'x')['use_nvml'])
+        for path in ('pf-mdev', 'vf-mdev', 'vendor-vfio', 'whole-gpu'):
+            self.assertIsNone(fake_compute.fake_nvml(path, 'x'), path)
+            self.assertFalse(fake_compute.agent_options(path,
+                                                        'x')['use_nvml'])
+
     def test_mdev_made_by_novas_driver_appears_in_libvirt_and_sysfs(self):
         host = self.start_host('vf-mdev')
         vf = host.gpus[1].vfs[0]

@@ -17,6 +17,8 @@ Commands (``python -m nova_gpu.tests.harness.fake_compute``)::
                                  host's type ids and addresses (stdout)
   agent-options PATH HOST        [gpu_agent] options of its agent, one
                                  "option<TAB>value" line each
+  agent PATH HOST -- ARGS        its nova-gpu-agent with ARGS, NVML faked
+                                 where the path needs it (fake_nvml)
   run PATH --sysfs DIR -- ARGS   nova-compute with ARGS (its
                                  --config-file ...), the tree under DIR
 
@@ -25,6 +27,7 @@ PATH is one of ``PATHS``, named as the files of etc/nova
 """
 
 import argparse
+import contextlib
 import os
 import shutil
 import sys
@@ -106,7 +109,8 @@ def agent_options(path, hostname):
 
     from nova_gpu.tests.harness import cloud
     spec = host_spec(path, hostname)
-    options = {'host': hostname, 'nodename': hostname}
+    options = {'host': hostname, 'nodename': hostname,
+               'use_nvml': fake_nvml(path, hostname) is not None}
     gpus, _info = _devices(spec)
     classes = {}
     text = path_conf(path, hostname)
@@ -120,6 +124,24 @@ def agent_options(path, hostname):
         options['pci_resource_classes'] = ','.join(
             '%s:%s' % kv for kv in sorted(classes.items()))
     return options
+
+
+def fake_nvml(path, hostname):
+    """The GPUs the host's NVML shows (``agent_process.write_fake_nvml``),
+    for a path whose GPUs only NVML describes fully: MIG mode is NVML's
+    alone, so a MIG host's agent runs with NVML faked at its boundary;
+    None for the other paths (no NVML, as on a host without the driver).
+    """
+    from nova_gpu.core import catalog as catalog_mod
+    spec = host_spec(path, hostname)
+    if not spec.mig:
+        return None
+    model = catalog_mod.load_catalog().model(spec.model)
+    return [{'address': gpu.address,
+             'name': (model.nvml_names or (model.name,))[0],
+             'memory_mib': model.framebuffer_mib,
+             'numa_node': max(spec.numa_of(gpu.index), 0),
+             'mig': True} for gpu in _devices(spec)[0]]
 
 
 class FakeGpuHost:
@@ -270,6 +292,11 @@ def main(argv=None):
         p = sub.add_parser(name)
         p.add_argument('path', choices=PATHS)
         p.add_argument('host')
+    p = sub.add_parser('agent')
+    p.add_argument('path', choices=PATHS)
+    p.add_argument('host')
+    p.add_argument('--state', required=True,
+                   help='where the fake NVML\'s description is written')
     p = sub.add_parser('run')
     p.add_argument('path', choices=PATHS)
     p.add_argument('--sysfs', required=True,
@@ -279,14 +306,34 @@ def main(argv=None):
     split = argv.index('--') if '--' in argv else len(argv)
     args = parser.parse_args(argv[:split])
     nova_args = argv[split + 1:]
-    if args.command == 'path-conf':
-        sys.stdout.write(path_conf(args.path, args.host))
-    elif args.command == 'agent-options':
-        for option, value in agent_options(args.path, args.host).items():
-            print('%s\t%s' % (option, value))
+    if args.command in ('path-conf', 'agent-options'):
+        out = sys.stdout
+        # What Nova's modules print while they are imported (a periodic
+        # task's notice) goes to stderr: stdout is the file the plugin
+        # writes.
+        with contextlib.redirect_stdout(sys.stderr):
+            if args.command == 'path-conf':
+                text = path_conf(args.path, args.host)
+            else:
+                text = ''.join('%s\t%s\n' % kv for kv in agent_options(
+                    args.path, args.host).items())
+        out.write(text)
+    elif args.command == 'agent':
+        return agent(args.path, args.host, args.state, nova_args)
     else:
         return run(args.path, args.sysfs, nova_args)
     return 0
+
+
+def agent(path, hostname, state, agent_args):
+    """nova-gpu-agent of the host, with its fake NVML where it has one."""
+    from nova_gpu.tests.harness import agent_process
+    gpus = fake_nvml(path, hostname)
+    if gpus is not None:
+        nvml = agent_process.write_fake_nvml(
+            os.path.join(state, 'nvml.json'), gpus)
+        agent_args = ['--fake-nvml', nvml] + list(agent_args)
+    return agent_process.main(agent_args)
 
 
 if __name__ == '__main__':

@@ -516,9 +516,11 @@ class DevstackPluginTest(testtools.TestCase):
             'nova_gpu.tests.harness.fake_compute run pf-mdev --sysfs %s -- '
             '--config-file %s' % (bin_dir, sysfs, compute_conf), calls)
         self.assertIn(
-            'run_process nova-gpu-agent-fake-pf-mdev %s/nova-gpu-agent '
-            '--config-file %s --config-file %s' % (
-                bin_dir, compute_conf,
+            'run_process nova-gpu-agent-fake-pf-mdev %s/python3 -m '
+            'nova_gpu.tests.harness.fake_compute agent pf-mdev ds-pf-mdev '
+            '--state %s -- --config-file %s --config-file %s' % (
+                bin_dir, os.path.join(os.path.dirname(sysfs), 'agent-state'),
+                compute_conf,
                 os.path.join(conf_dir, 'nova-gpu-fake-pf-mdev.conf')), calls)
         waits = [i for i, c in enumerate(calls)
                  if 'compute service list --host ds-' in c]
