@@ -120,6 +120,78 @@ wait_until 30 grep -q recording /tmp/placements.log ||
     fail "placements.py did not start: $(tail -3 /tmp/placements.log)"
 
 ensure_image
+echo "--- capacity, NoValidHost, the reclaimer"
+gpu_flavor devstack-check-spot gpu:profile=T4-8C gpu:preemptible=true
+gpu_flavor devstack-check-pf-mdev gpu:profile=T4-8C
+os_user gpu host list || fail "openstack gpu host list (demo user) failed"
+# First, on the T4 host as it started: its agent cannot see the fake
+# libvirt's guests (inside the fake nova-compute), so an mdev a deleted
+# server left (Nova keeps them for the next guest) would count as used.
+capacity=$(os_user gpu capacity --flavor devstack-check-spot -f value -c Servers | head -1)
+os_user gpu capacity --flavor devstack-check-spot || true
+spot=()
+for n in $(seq 1 "${capacity:-0}"); do
+    if id=$(boot "devstack-check-spot-$n" devstack-check-spot); then
+        spot+=("$id")
+    else
+        fail "spot server $n of $capacity did not boot"
+    fi
+done
+if [[ ${capacity:-0} -gt 0 && ${#spot[@]} == "$capacity" ]]; then
+    pass "openstack gpu capacity --flavor devstack-check-spot: $capacity servers; $capacity booted ACTIVE"
+else
+    fail "capacity said ${capacity:-nothing}, ${#spot[@]} booted"
+fi
+since=$(date '+%F %T')
+start=$SECONDS
+if id=$(boot devstack-check-ondemand devstack-check-pf-mdev 2>/tmp/ondemand.err); then
+    fail "the on-demand server booted although the capacity was used up (${capacity:-?} spot servers)"
+else
+    fault=$(os_user server show devstack-check-ondemand -f value -c fault 2>/dev/null || true)
+    id=$(os_user server show devstack-check-ondemand -f value -c id)
+    if grep -q "No valid host" <<< "$fault"; then
+        pass "on-demand server $id: NoValidHost ($(cut -c1-80 <<< "$fault"))"
+    else
+        fail "on-demand server $id failed without NoValidHost: $fault $(cat /tmp/ondemand.err)"
+    fi
+    reason=$(journalctl -u devstack@n-sch --since "$since" --no-pager -o cat |
+        grep -m1 "GpuFilter: no host can serve the GPU request of $id" || true)
+    if [[ -n "$reason" ]]; then
+        pass "devstack@n-sch: ${reason:0:300}"
+    else
+        fail "devstack@n-sch's journal has no GpuFilter reason for $id"
+    fi
+fi
+# nova-gpu-reclaimer saw the refusal (Nova's versioned notification) and
+# evicts (deletes, NOVA_GPU_RECLAIM_ACTION) a spot server.
+evicted=""
+# shellcheck disable=SC2317  # called through wait_until
+left() {
+    local s
+    for s in "${spot[@]}"; do
+        os_admin server show "$s" >/dev/null 2>&1 || { evicted=$s; return 0; }
+    done
+    return 1
+}
+if wait_until 240 left; then
+    pass "nova-gpu-reclaimer evicted spot server $evicted $(( SECONDS - start )) s after the refusal"
+    journalctl -u devstack@nova-gpu-reclaimer --since "$since" --no-pager -o cat |
+        grep -i -m5 "evict\|reclaim\|room" || true
+    os_user server delete --wait devstack-check-ondemand >/dev/null 2>&1 || true
+    start=$SECONDS
+    if id=$(boot devstack-check-ondemand devstack-check-pf-mdev); then
+        pass "the on-demand server booted ACTIVE in the room made ($(( SECONDS - start )) s)"
+    else
+        fail "the on-demand server did not boot after the eviction"
+    fi
+else
+    fail "no spot server evicted 240 s after the refusal"
+    journalctl -u devstack@nova-gpu-reclaimer --since "$since" --no-pager -n 30 -o cat || true
+fi
+for s in "${spot[@]}" devstack-check-ondemand; do
+    os_user server delete --wait "$s" >/dev/null 2>&1 || true
+done
+
 echo "--- a flavor of each path, booted by the demo user"
 declare -A SERVERS=()
 for path in "${PATHS[@]}"; do
@@ -195,78 +267,6 @@ else
     pass "no bad spec stored on devstack-check-bad ($stored)"
 fi
 os_admin flavor delete devstack-check-bad >/dev/null 2>&1 || true
-
-echo "--- capacity, NoValidHost, the reclaimer"
-gpu_flavor devstack-check-spot gpu:profile=T4-8C gpu:preemptible=true
-os_user gpu host list || fail "openstack gpu host list (demo user) failed"
-# The agents report every NOVA_GPU_FAKE_AGENT_INTERVAL (10 s): after the
-# deletes above, the T4 host's capacity is back once it reported.
-sleep 25
-capacity=$(os_user gpu capacity --flavor devstack-check-spot -f value -c Servers | head -1)
-os_user gpu capacity --flavor devstack-check-spot || true
-spot=()
-for n in $(seq 1 "${capacity:-0}"); do
-    if id=$(boot "devstack-check-spot-$n" devstack-check-spot); then
-        spot+=("$id")
-    else
-        fail "spot server $n of $capacity did not boot"
-    fi
-done
-if [[ ${capacity:-0} -gt 0 && ${#spot[@]} == "$capacity" ]]; then
-    pass "openstack gpu capacity --flavor devstack-check-spot: $capacity servers; $capacity booted ACTIVE"
-else
-    fail "capacity said ${capacity:-nothing}, ${#spot[@]} booted"
-fi
-since=$(date '+%F %T')
-start=$SECONDS
-if id=$(boot devstack-check-ondemand devstack-check-pf-mdev 2>/tmp/ondemand.err); then
-    fail "the on-demand server booted although the capacity was used up (${capacity:-?} spot servers)"
-else
-    fault=$(os_user server show devstack-check-ondemand -f value -c fault 2>/dev/null || true)
-    id=$(os_user server show devstack-check-ondemand -f value -c id)
-    if grep -q "No valid host" <<< "$fault"; then
-        pass "on-demand server $id: NoValidHost ($(cut -c1-80 <<< "$fault"))"
-    else
-        fail "on-demand server $id failed without NoValidHost: $fault $(cat /tmp/ondemand.err)"
-    fi
-    reason=$(journalctl -u devstack@n-sch --since "$since" --no-pager -o cat |
-        grep -m1 "GpuFilter: no host can serve the GPU request of $id" || true)
-    if [[ -n "$reason" ]]; then
-        pass "devstack@n-sch: ${reason:0:300}"
-    else
-        fail "devstack@n-sch's journal has no GpuFilter reason for $id"
-    fi
-fi
-# nova-gpu-reclaimer saw the refusal (Nova's versioned notification) and
-# evicts (deletes, NOVA_GPU_RECLAIM_ACTION) a spot server.
-evicted=""
-# shellcheck disable=SC2317  # called through wait_until
-left() {
-    local s
-    for s in "${spot[@]}"; do
-        os_admin server show "$s" >/dev/null 2>&1 || { evicted=$s; return 0; }
-    done
-    return 1
-}
-if wait_until 240 left; then
-    pass "nova-gpu-reclaimer evicted spot server $evicted $(( SECONDS - start )) s after the refusal"
-    journalctl -u devstack@nova-gpu-reclaimer --since "$since" --no-pager -o cat |
-        grep -i -m5 "evict\|reclaim\|room" || true
-    os_user server delete --wait devstack-check-ondemand >/dev/null 2>&1 || true
-    sleep 20  # the T4 host's agent reports the freed vGPU
-    start=$SECONDS
-    if id=$(boot devstack-check-ondemand devstack-check-pf-mdev); then
-        pass "the on-demand server booted ACTIVE in the room made ($(( SECONDS - start )) s)"
-    else
-        fail "the on-demand server did not boot after the eviction"
-    fi
-else
-    fail "no spot server evicted 240 s after the refusal"
-    journalctl -u devstack@nova-gpu-reclaimer --since "$since" --no-pager -n 30 -o cat || true
-fi
-for s in "${spot[@]}" devstack-check-ondemand; do
-    os_user server delete --wait "$s" >/dev/null 2>&1 || true
-done
 
 echo "--- Prometheus with the shipped rules"
 rules=$PLUGIN_DIR/etc/prometheus/nova-gpu-rules.yaml
