@@ -72,9 +72,19 @@ from nova_gpu import tables
 PATHS = collections.OrderedDict((
     ('vgpu-vf', ('A100-40GB', 'A100-10C', 4, 'vf_mdev')),
     ('vgpu-pf', ('T4', 'T4-4C', 4, 'pf_mdev')),
+    # Vendor-VFIO VFs, pooled per PF (PCI in Placement).
+    ('pci-pool', ('H100-80GB', 'H100-10C', 4, 'vfio')),
+    # Whole GPUs (PCI in Placement).
+    ('passthrough', ('H100-80GB', None, 8, 'passthrough')),
 ))
-# What a path of issue #26 needs that this bench does not build yet.
-NOT_BUILT = ('pci-pool', 'passthrough')
+# The PCI paths: Nova's PCI devices, in Placement (nova-gpu-pci.conf in
+# every configuration, stock's too), asked through [pci] alias.
+PCI_PATHS = ('vfio', 'passthrough')
+# Stock Nova's flavor on the PCI paths (the mdev paths: resources:VGPU=1).
+STOCK_SPECS = {'vfio': {'pci_passthrough:alias': 'nvidia-vgpu:1'},
+               'passthrough': {'pci_passthrough:alias': 'nvidia-gpu:1'}}
+# PCI vendor and device ids of the fake hosts' H100 SXM5 PF and its VFs.
+PCI_VENDOR, PCI_PF, PCI_VF = '10de', '2330', '2330'
 CONFIGS = ('stock', 'plugin', 'large-cloud')
 HOSTS = (1000, 10000)
 CPUS = 64
@@ -112,8 +122,8 @@ def parse_args(argv=None):
         args.paths = [p for p in args.paths.split(',') if p]
     unknown = [p for p in args.paths if p not in PATHS]
     if unknown:
-        parser.error('no such path: %s (built: %s; not yet: %s)' % (
-            ', '.join(unknown), ', '.join(PATHS), ', '.join(NOT_BUILT)))
+        parser.error('no such path: %s (paths: %s)' % (
+            ', '.join(unknown), ', '.join(PATHS)))
     if args.hosts is None:
         args.hosts = [1000] if args.quick else list(HOSTS)
     if any(n < 1 for n in args.hosts):
@@ -149,16 +159,23 @@ class _Host:
         from nova_gpu.core import report as report_mod
         from nova_gpu.tests.harness import cloud
         per_gpu = _per_gpu(model, vgpu_type)
+        # The VFs of each PF (SR-IOV paths).
+        self.vfs = {}
         for g in range(gpus):
             bus = 0x41 + g
             pf = cloud.pci_address(bus, 0, 0)
+            vfs = [cloud.pci_address(bus, (4 + n) // 8, (4 + n) % 8)
+                   for n in range(per_gpu)]
             if kind == cloud.VF_MDEV:
-                units = [(cloud.pci_address(bus, (4 + n) // 8, (4 + n) % 8),
-                          1) for n in range(per_gpu)]
+                units = [(vf, 1) for vf in vfs]
             else:
                 units = [(pf, per_gpu)]
+            if kind == cloud.VFIO:
+                self.vfs[pf] = vfs
+            name_of = (report_mod.pci_provider_name if kind in PCI_PATHS
+                       else report_mod.mdev_provider_name)
             self.gpus.append((pf, [
-                (report_mod.mdev_provider_name(self.name, address),
+                (name_of(self.name, address),
                  str(uuid_mod.uuid5(uuid_mod.NAMESPACE_DNS,
                                     self.name + address)), total, address)
                 for address, total in units]))
@@ -181,30 +198,66 @@ class _Host:
                 left -= 1
         return out
 
+    def pci_pools(self):
+        """The compute node's PCI device pools as nova-compute reports
+        them with ``[filter_scheduler] pci_in_placement`` (one pool per PF
+        or per PF's VFs, tagged with its provider; ``count`` the free
+        devices), or None on the mdev paths.
+        """
+        if self.kind not in PCI_PATHS:
+            return None
+        taken = collections.Counter(rp for rp, _c in self.used_units())
+        pools = []
+        for i, (pf, providers) in enumerate(self.gpus):
+            for _name, rp, total, _addr in providers:
+                pools.append({
+                    'vendor_id': PCI_VENDOR,
+                    'product_id': PCI_VF if self.vfs else PCI_PF,
+                    'numa_node': i * 2 // len(self.gpus),
+                    'dev_type': 'type-VF' if self.vfs else 'type-PF',
+                    'address': pf, 'rp_uuid': rp,
+                    'count': total - taken[rp]})
+        return pools
+
     def report(self):
         from nova_gpu.core import host as host_mod
         from nova_gpu.core import report as report_mod
         from nova_gpu.tests.harness import cloud
         taken = collections.Counter(rp for rp, _c in self.used_units())
         gpus = []
+        kind = {cloud.VF_MDEV: report_mod.VF_MDEV,
+                cloud.VFIO: report_mod.PCI_POOL,
+                cloud.PASSTHROUGH: report_mod.PCI_DEVICE}.get(
+                    self.kind, report_mod.PF_MDEV)
+        rc = _resource_class(self.kind)
         for i, (pf, providers) in enumerate(self.gpus):
-            kind = (report_mod.VF_MDEV if self.kind == cloud.VF_MDEV
-                    else report_mod.PF_MDEV)
-            devices = [{'kind': host_mod.VGPU, 'detail': self.vgpu_type,
-                        'uuid': str(uuid_mod.uuid5(uuid_mod.NAMESPACE_DNS,
-                                                   '%s-mdev-%d' % (rp, k))),
-                        'instance': str(uuid_mod.uuid5(
-                            uuid_mod.NAMESPACE_DNS, '%s-%d' % (rp, k)))}
-                       for _n, rp, _t, _a in providers
-                       for k in range(taken[rp])]
+            devices = []
+            for _n, rp, _t, _a in providers:
+                for k in range(taken[rp]):
+                    instance = str(uuid_mod.uuid5(uuid_mod.NAMESPACE_DNS,
+                                                  '%s-%d' % (rp, k)))
+                    if self.vgpu_type is None:
+                        devices.append({'kind': host_mod.WHOLE,
+                                        'instance': instance})
+                        continue
+                    device = {'kind': host_mod.VGPU,
+                              'detail': self.vgpu_type,
+                              'instance': instance}
+                    if self.kind == cloud.VFIO:
+                        device['vf'] = self.vfs[pf][k]
+                    else:
+                        device['uuid'] = str(uuid_mod.uuid5(
+                            uuid_mod.NAMESPACE_DNS, '%s-mdev-%d' % (rp, k)))
+                    devices.append(device)
             gpus.append({
                 'index': i, 'address': pf, 'model': self.model,
                 'numa_node': i * 2 // len(self.gpus), 'pcie_switch': None,
                 'nvlink_peers': [], 'mig_enabled': False,
-                'vgpu_types': [self.vgpu_type],
+                'vgpu_types': [self.vgpu_type] if self.vgpu_type else [],
                 'providers': [report_mod.provider_dict(
-                    name, kind, address, report_mod.VGPU_RC,
-                    self.vgpu_type) for name, _rp, _t, address in providers],
+                    name, kind, address, rc, self.vgpu_type,
+                    vfs=self.vfs.get(address, ()))
+                    for name, _rp, _t, address in providers],
                 'devices': devices, 'idle_mdevs': [],
                 'idle_gpu_instances': []})
         return {
@@ -219,7 +272,16 @@ class _Host:
 @functools.lru_cache()
 def _per_gpu(model, vgpu_type):
     from nova_gpu.tests.harness import cloud
+    if vgpu_type is None:
+        return 1  # a whole GPU
     return cloud.GpuHost('x', model, vgpu_type).profile().max_instances
+
+
+def _resource_class(kind):
+    from nova_gpu.core import report as report_mod
+    return {'vfio': report_mod.VFIO_VGPU_RC,
+            'passthrough': report_mod.WHOLE_GPU_RC}.get(kind,
+                                                        report_mod.VGPU_RC)
 
 
 def _placement_rows(hosts):
@@ -272,14 +334,20 @@ def _placement_rows(hosts):
                     'step_size': 1, 'allocation_ratio': ratio,
                     'created_at': now})
             ids = {}
+            rc = _resource_class(host.kind)
             for name, rp, total, _addr in host.providers():
                 ids[rp] = next_id
                 rps.append({'id': next_id, 'uuid': rp, 'name': name,
                             'generation': 1, 'root_provider_id': root,
                             'parent_provider_id': root, 'created_at': now})
+                if host.kind in PCI_PATHS:
+                    # Nova 34 asks OWNER_NOVA of PCI request groups too.
+                    traits.append({'trait_id': owner,
+                                   'resource_provider_id': next_id,
+                                   'created_at': now})
                 inventories.append({
                     'resource_provider_id': next_id,
-                    'resource_class_id': rcs['VGPU'], 'total': total,
+                    'resource_class_id': rcs[rc], 'total': total,
                     'reserved': 0, 'min_unit': 1, 'max_unit': total,
                     'step_size': 1, 'allocation_ratio': 1.0,
                     'created_at': now})
@@ -292,7 +360,7 @@ def _placement_rows(hosts):
                         (root, 'VCPU', FLAVOR['vcpus']),
                         (root, 'MEMORY_MB', FLAVOR['memory_mb']),
                         (root, 'DISK_GB', FLAVOR['root_gb']),
-                        (ids[rp], 'VGPU', 1)):
+                        (ids[rp], rc, 1)):
                     allocations.append({
                         'resource_provider_id': provider,
                         'consumer_id': consumer,
@@ -339,7 +407,7 @@ def _cell_rows(ctxt, hosts):
             host_ip='192.0.2.1', supported_hv_specs=[], stats={},
             numa_topology=topology._to_json(), cpu_allocation_ratio=CPU_RATIO,
             ram_allocation_ratio=1.0, disk_allocation_ratio=1.0,
-            mapped=1)
+            mapped=1, pci_device_pools=_pci_pools(first))
         node.create()
         engine = main_db.get_engine(context=cctxt)
         meta = sa.MetaData()
@@ -368,10 +436,29 @@ def _cell_rows(ctxt, hosts):
                     local_gb_used=used * FLAVOR['root_gb'],
                     free_ram_mb=MEMORY_MB - used * FLAVOR['memory_mb'],
                     free_disk_gb=DISK_GB - used * FLAVOR['root_gb'],
-                    running_vms=used))
+                    running_vms=used, pci_stats=_pci_stats(host)))
             for start in range(0, len(s_rows), 5000):
                 conn.execute(services.insert(), s_rows[start:start + 5000])
                 conn.execute(nodes.insert(), n_rows[start:start + 5000])
+
+
+def _pci_pools(host):
+    from nova import objects
+    pools = host.pci_pools()
+    if pools is None:
+        return None
+    return objects.PciDevicePoolList(objects=[
+        objects.PciDevicePool.from_dict(pool) for pool in pools])
+
+
+def _pci_stats(host):
+    """The ``pci_stats`` column of ``host``'s compute node (as
+    ``ComputeNode`` writes its ``pci_device_pools``).
+    """
+    from oslo_serialization import jsonutils
+    pools = _pci_pools(host)
+    return None if pools is None else jsonutils.dumps(
+        pools.obj_to_primitive())
 
 
 def _numa_topology():
@@ -391,8 +478,11 @@ def _numa_topology():
     return objects.NUMATopology(cells=cells)
 
 
-def _config_values(name):
-    """{(group, option): value} nova-scheduler runs ``name`` with."""
+def _config_values(name, pci=False):
+    """{(group, option): value} nova-scheduler runs ``name`` with
+    (``pci``: with ``nova-gpu-pci.conf``, as every service of a cloud
+    with a PCI path).
+    """
     from nova_gpu.tests.harness import cloud
     from nova_gpu.tests.harness import service_conf
     files = {'plugin': service_conf.SERVICE_FILES[service_conf.SCHEDULER],
@@ -407,14 +497,19 @@ def _config_values(name):
                       for o, v in opts.items())
     else:
         values.update(service_conf.merge(files[name]))
+    if pci:
+        values.update(service_conf.merge([service_conf.PCI_FILE]))
     values[('gpu_scheduler', 'report_listener')] = False
     return values
 
 
 def _apply(values):
+    from nova.pci import request as pci_request
     from oslo_config import cfg
     for (group, option), value in values.items():
         cfg.CONF.set_override(option, value, group)
+    # Nova reads [pci] alias once per process (functools.cache).
+    pci_request.get_alias_from_config.cache_clear()
 
 
 class Bench:
@@ -436,6 +531,13 @@ class Bench:
             'bench-user', 'bench-project', is_admin=True)
         admin = nova_context.get_admin_context()
         start = time.perf_counter()
+        model, vgpu_type, _gpus, kind = PATHS[path]
+        pci = kind in PCI_PATHS
+        if pci:
+            rc = _resource_class(kind)
+            case.placement.put('/resource_classes/%s' % rc, None,
+                               version='1.7')
+        self.values = {name: _config_values(name, pci) for name in CONFIGS}
         self.hosts = [_Host(path, i) for i in range(n)]
         providers, allocations = _placement_rows(self.hosts)
         _cell_rows(admin, self.hosts)
@@ -444,10 +546,9 @@ class Bench:
                         time.perf_counter() - start))
         # Services were last seen when they were made: up for the run.
         cfg.CONF.set_override('service_down_time', 10 ** 7)
-        model, vgpu_type, _gpus, _kind = PATHS[path]
         self.managers, self.flavors = {}, {}
         for name in CONFIGS:
-            _apply(_config_values(name))
+            _apply(self.values[name])
             cls = (nova_manager.SchedulerManager if name == 'stock'
                    else gpu_manager.GpuSchedulerManager)
             manager = cls()
@@ -459,9 +560,13 @@ class Bench:
                     host.name, {'instances': {}, 'updated': True})
             self.managers[name] = manager
             if name == 'stock':
-                specs = {'resources:VGPU': '1'}
+                specs = dict(STOCK_SPECS.get(kind, {'resources:VGPU': '1'}))
             else:
-                specs = {'gpu:profile': vgpu_type}
+                specs = ({'gpu:model': model, 'gpu:kind': 'whole'}
+                         if vgpu_type is None else
+                         {'gpu:profile': vgpu_type})
+                if kind == 'vfio':
+                    specs['gpu:backend'] = 'vfio'
                 parsed = flavor_mod.parse(specs, vcpus=FLAVOR['vcpus'],
                                           memory_mb=FLAVOR['memory_mb'])
                 specs.update(flavor_mod.placement_extra_specs(parsed))
@@ -481,6 +586,8 @@ class Bench:
     def spec(self, name):
         from nova import objects
         from nova.pci import request as pci_request
+        # nova-api's configuration (the PCI aliases) builds the request.
+        _apply(self.values[name])
         flavor = self.flavors[name]
         instance = str(uuid_mod.uuid4())
         spec = objects.RequestSpec.from_components(
@@ -488,13 +595,13 @@ class Bench:
                 properties=objects.ImageMetaProps()),
             flavor, None, pci_request.get_pci_requests_from_flavor(flavor),
             {}, None, None)
-        spec.generate_request_groups_from_pci_requests()
+        # from_components made the PCI request groups (pci_in_placement).
         return instance, spec
 
     def select(self, name, instance, spec):
         """One select_destinations; the host chosen (None: NoValidHost)."""
         from nova import exception
-        _apply(_config_values(name))
+        _apply(self.values[name])
         try:
             result = self.managers[name].select_destinations(
                 self.ctxt, spec_obj=spec, instance_uuids=[instance],
@@ -534,7 +641,7 @@ class Bench:
             order = CONFIGS[b % 3:] + CONFIGS[:b % 3]
             for name in order:
                 specs = [self.spec(name) for _ in range(threads * burst)]
-                _apply(_config_values(name))
+                _apply(self.values[name])
                 manager = self.managers[name]
                 placed = []
 

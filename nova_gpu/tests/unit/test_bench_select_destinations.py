@@ -28,7 +28,14 @@ class TestPlan(unittest.TestCase):
 
     def test_unknown_path_refused(self):
         with self.assertRaises(SystemExit):
-            bench.parse_args(['--paths', 'pci-pool'])
+            bench.parse_args(['--paths', 'pci-pools'])
+
+    def test_every_path_of_the_issue_is_built(self):
+        # Issue #26: VGPU providers per GPU or VF, PCI pools, passthrough.
+        self.assertEqual(['vgpu-vf', 'vgpu-pf', 'pci-pool', 'passthrough'],
+                         list(bench.PATHS))
+        self.assertEqual(['pci-pool', 'passthrough'], [
+            p for p, v in bench.PATHS.items() if v[3] in bench.PCI_PATHS])
 
     def test_percentile(self):
         self.assertEqual(9, bench._percentile(range(10), 0.9))
