@@ -10,6 +10,7 @@ import typing
 from nova_gpu.core import exceptions
 from nova_gpu.core import fragmentation
 from nova_gpu.core import host as host_mod
+from nova_gpu.core import mixed_size
 from nova_gpu.core import partitions
 from nova_gpu.core import rdma
 from nova_gpu.core import scoring
@@ -81,9 +82,10 @@ class PlacementEngine:
         if len(fitting) < req.count:
             held = ['%s: %s' % (g.address or g.index, g.quarantine)
                     for g in allowed if g.quarantine is not None]
-            return ('%d of %d GPUs can take a %s device, %d needed%s'
+            return ('%d of %d GPUs can take a %s device, %d needed%s%s'
                     % (len(fitting), len(host.gpus), what, req.count,
-                       '; quarantined: ' + '; '.join(held) if held else ''))
+                       '; quarantined: ' + '; '.join(held) if held else '',
+                       _mixed_size_why(allowed, fitting, req)))
         if partitions.applies(host, req):
             return partitions.why_not(host, req.count)
         if rdma.applies(host, req):
@@ -294,6 +296,23 @@ class PlacementEngine:
             yield (host_mod.Assignment(host.name, slots, numa_node,
                                        req.cpu_milli, req.memory_mib),
                    numa_miss)
+
+
+def _mixed_size_why(allowed, fitting, req):
+    """Why the mixed-size GPUs that hold vGPUs refuse a vGPU ask, or ''."""
+    if req.kind != host_mod.VGPU or not req.profile:
+        return ''
+    why = []
+    for gpu in allowed:
+        profile = gpu.model.vgpu_profiles.get(req.profile)
+        if (gpu.mixed_size and gpu.vgpus and gpu not in fitting
+                and profile is not None and not profile.mig_backed
+                and gpu.quarantine is None):
+            why.append('GPU %s: %s' % (gpu.address or gpu.index,
+                                       mixed_size.why_not(
+                                           gpu.model, gpu.vgpu_counts(),
+                                           profile)))
+    return '; ' + '; '.join(why) if why else ''
 
 
 def numa_fit(host, gpus, req):

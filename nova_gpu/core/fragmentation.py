@@ -152,7 +152,7 @@ def unit_slots(gpu, req):
                      for s in gpu.mig_offers(model.mig.profiles[req.profile]))
     # VGPU
     names = ((req.profile,) if req.profile else
-             gpu.vgpu_types or tuple(gpu.vgpus) or ())
+             gpu.vgpu_types or _held_types(gpu))
     slots = []
     for name in names:
         profile = model.vgpu_profiles.get(name)
@@ -166,6 +166,16 @@ def unit_slots(gpu, req):
         elif gpu.vgpu_room(profile) > 0:
             slots.append(host_mod.Slot(gpu.index, kind, name))
     return tuple(slots)
+
+
+def _held_types(gpu):
+    """Types an unnamed vGPU ask may take where none are enabled: those
+    held (equal-size mode), or every time-sliced type in mixed-size mode.
+    """
+    if gpu.mixed_size:
+        return tuple(name for name, p in gpu.model.vgpu_profiles.items()
+                     if not p.mig_backed)
+    return tuple(gpu.vgpus)
 
 
 def host_fits(host, req, free_gpus=None):

@@ -12,6 +12,7 @@ import functools
 import typing
 
 from nova_gpu.core import exceptions
+from nova_gpu.core import mixed_size as mixed_mod
 
 MILLI = 1000
 
@@ -69,14 +70,18 @@ class Gpu:
                  'nvlink_peers', 'mig_enabled', 'vgpu_types',
                  'whole', 'share_milli', 'vgpus', 'vgpu_fb_mib',
                  'mig_mask', 'mig_compute', 'mig_instances', 'mig_backing',
-                 'quarantine')
+                 'quarantine', 'mixed_size')
 
     def __init__(self, index, model, address='', numa_node=0,
                  pcie_switch=None, nvlink_peers=(), mig_enabled=False,
-                 vgpu_types=None):
+                 vgpu_types=None, mixed_size=False):
         if mig_enabled and not model.mig_capable:
             raise exceptions.InvalidRequest(
                 'GPU %d: %s does not support MIG' % (index, model.name))
+        if mixed_size and (mig_enabled or not mixed_mod.supported(model)):
+            raise exceptions.InvalidRequest(
+                'GPU %d: %s has no mixed-size vGPU mode%s'
+                % (index, model.name, ' with MIG on' if mig_enabled else ''))
         self.index = index
         self.model = model
         self.address = address
@@ -98,6 +103,9 @@ class Gpu:
         self.mig_instances = {}
         # Why the GPU takes no new guest (core.health), or None.
         self.quarantine = None
+        # NVIDIA's mixed-size time-sliced mode (core.mixed_size): vGPUs of
+        # several types share the GPU by placement slots.
+        self.mixed_size = bool(mixed_size)
 
     # -- capacity ---------------------------------------------------------
 
@@ -108,6 +116,9 @@ class Gpu:
         if self.share_milli:
             return self.share_milli
         if self.vgpus:
+            if self.mixed_size:
+                return -(-mixed_mod.used_slots(self.model, self.vgpu_counts())
+                         * MILLI // mixed_mod.grid(self.model))
             if self.model.time_sliced_mixing:
                 return -(-self.vgpu_fb_mib * MILLI
                          // self.model.framebuffer_mib)
@@ -135,7 +146,8 @@ class Gpu:
         engine memoises per-GPU fragmentation on it.
         """
         return (self.model.name, self.mig_enabled, self.vgpu_types,
-                self.quarantine is not None, self.whole, self.share_milli,
+                self.mixed_size, self.quarantine is not None, self.whole,
+                self.share_milli,
                 tuple(self.vgpus.items()) if self.vgpus else (),
                 self.mig_mask, self.mig_compute)
 
@@ -158,7 +170,7 @@ class Gpu:
         """Hashable: everything but the allocation state (``snapshot``)."""
         return (self.index, self.model.name, self.address, self.numa_node,
                 self.pcie_switch, self.nvlink_peers, self.mig_enabled,
-                self.vgpu_types, self.quarantine)
+                self.vgpu_types, self.quarantine, self.mixed_size)
 
     # -- what fits --------------------------------------------------------
 
@@ -213,6 +225,8 @@ class Gpu:
         if (self.mig_enabled or self.whole or self.share_milli
                 or profile.mig_backed or not self.vgpu_enabled(profile)):
             return 0
+        if self.mixed_size:
+            return mixed_mod.room(self.model, self.vgpu_counts(), profile)
         if self.model.time_sliced_mixing:
             by_fb = ((self.model.framebuffer_mib - self.vgpu_fb_mib)
                      // profile.framebuffer_mib)
@@ -222,6 +236,10 @@ class Gpu:
         if self.vgpus and profile.name not in self.vgpus:
             return 0
         return profile.max_instances - self.vgpus.get(profile.name, 0)
+
+    def vgpu_counts(self):
+        """The vGPUs held, as sorted ``(type, count)`` pairs."""
+        return tuple(sorted(self.vgpus.items()))
 
     def serves_mig(self, mig_profile):
         """A guest asking a MIG instance of ``mig_profile`` may get one here.

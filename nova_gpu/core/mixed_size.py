@@ -190,3 +190,73 @@ class Placements:
                 usable |= self._block(s, width)
         free = ~self.mask & ((1 << self.slots) - 1)
         return bin(free & ~usable).count('1')
+
+
+# (id(model), counts) -> (model, Placements): the fit checks ask the same
+# few fills for every GPU of a cloud; the model is kept to check the id.
+_PACKED = {}
+_PACKED_MAX = 4096
+
+
+def packed(model, counts):
+    """A ``Placements`` holding ``counts`` (``(type, n)`` pairs); not to
+    be changed (it is shared).
+
+    A report gives how many vGPUs of each type a GPU holds, not their
+    placement IDs, so they are taken as packed largest first, each at
+    ``Placements.choose``'s ID. With placement sizes dividing each other
+    (every modelled model) that packing leaves the most room; that the
+    driver packs the vGPUs Nova creates the same way is unverified.
+    Raises ``InvalidRequest`` where ``counts`` cannot be held at all.
+    """
+    key = (id(model), counts)
+    hit = _PACKED.get(key)
+    if hit is not None and hit[0] is model:
+        return hit[1]
+    gpu = Placements(model)
+    for name, n in sorted(counts, key=lambda c: (
+            -size(model, _profile(model, c[0])), c[0])):
+        for _ in range(n):
+            gpu.place(model.vgpu_profiles[name])
+    if len(_PACKED) >= _PACKED_MAX:
+        _PACKED.clear()
+    _PACKED[key] = (model, gpu)
+    return gpu
+
+
+def _profile(model, name):
+    profile = model.vgpu_profiles.get(name)
+    if profile is None:
+        raise exceptions.InvalidRequest('%s is not a vGPU type of %s'
+                                        % (name, model.name))
+    return profile
+
+
+def room(model, counts, profile):
+    """How many more vGPUs of ``profile`` fit beside ``counts``.
+
+    Its free placement IDs are disjoint blocks (each a multiple of its
+    size), so each takes one more vGPU, up to the type's maximum.
+    """
+    already = sum(n for name, n in counts if name == profile.name)
+    return min(len(packed(model, counts).free_ids(profile)),
+               maximum(model, profile) - already)
+
+
+def used_slots(model, counts):
+    """Placement slots ``counts`` takes on one GPU."""
+    return packed(model, counts).used_slots
+
+
+def why_not(model, counts, profile):
+    """A sentence saying why ``profile`` does not fit beside ``counts``."""
+    gpu = packed(model, counts)
+    held = ', '.join('%d %s' % (n, name) for name, n in counts) or 'nothing'
+    already = sum(n for name, n in counts if name == profile.name)
+    if already >= maximum(model, profile):
+        return ('mixed-size %s holds %d %s, its mixed-size maximum'
+                % (model.name, already, profile.name))
+    return ('mixed-size %s has no free %d-slot placement for %s '
+            '(holds %s: %d of %d slots)'
+            % (model.name, size(model, profile), profile.name, held,
+               gpu.used_slots, gpu.slots))

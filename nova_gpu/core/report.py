@@ -21,6 +21,7 @@ Schema (version 2)::
         "numa_node": 0, "pcie_switch": "0000:3a:00.0",
         "nvlink_peers": [1, 2, 3], "mig_enabled": false,
         "vgpu_types": ["A100-10C"],  # enabled types, or null for any
+        "mixed_size": false,         # optional: NVIDIA's mixed-size mode
         "providers": [               # every provider standing for it
           {"name": "compute-1_pci_0000_3b_00_4", "kind": "vf_mdev",
            "address": "0000:3b:00.4", "resource_class": "VGPU",
@@ -122,6 +123,7 @@ import re
 from nova_gpu.core import drivers as drivers_mod
 from nova_gpu.core import exceptions
 from nova_gpu.core import host as host_mod
+from nova_gpu.core import mixed_size
 from nova_gpu.core import partitions as partitions_mod
 from nova_gpu.core import rdma as rdma_mod
 from nova_gpu.core import report_schema
@@ -641,10 +643,15 @@ class _Parser:
         types = raw.get('vgpu_types')
         for n, t in enumerate(types or ()):
             self.vgpu_type(t, model, '%s.vgpu_types[%d]' % (path, n))
+        mixed = raw.get('mixed_size', False)
+        if mixed and (mig or not mixed_size.supported(model)):
+            self.fail(path + '.mixed_size', '%s has no mixed-size vGPU '
+                      'mode%s' % (model.name, ' with MIG on' if mig else ''))
         gpu = host_mod.Gpu(
             index, model, address=raw.get('address') or '',
             numa_node=numa, pcie_switch=raw.get('pcie_switch') or None,
-            nvlink_peers=peers, mig_enabled=mig, vgpu_types=types or None)
+            nvlink_peers=peers, mig_enabled=mig, vgpu_types=types or None,
+            mixed_size=mixed)
         gpu.quarantine = self.health(raw.get('health'))
         return gpu
 
@@ -877,6 +884,8 @@ def gpu_to_dict(gpu, providers=None, devices=None, version=VERSION):
         'vgpu_types': list(gpu.vgpu_types) if gpu.vgpu_types else None,
         'devices': list(devices or ()),
     }
+    if gpu.mixed_size:
+        data['mixed_size'] = True
     if version >= 2:
         data['providers'] = [dict(p) for p in providers]
     else:

@@ -178,6 +178,8 @@ def _gpu(version):
             _integer(MAX_GPUS - 1), uniqueItems=True,
             problems={'uniqueItems': 'a peer is listed twice'})),
         'mig_enabled': _BOOLEAN,
+        # NVIDIA's mixed-size vGPU mode is on (core.mixed_size).
+        'mixed_size': _BOOLEAN,
         'vgpu_types': _null_or(_array(
             _string(), uniqueItems=True,
             problems={'uniqueItems': 'a type is listed twice'})),

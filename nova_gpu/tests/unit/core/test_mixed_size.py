@@ -1,7 +1,12 @@
 """Mixed-size vGPU mode: catalog data and the placement-ID fit rule."""
 
+from nova_gpu.core import engine as engine_mod
 from nova_gpu.core import exceptions
+from nova_gpu.core import fragmentation as frag
+from nova_gpu.core import host as host_mod
 from nova_gpu.core import mixed_size
+from nova_gpu.core import report
+from nova_gpu.core import request
 from nova_gpu.tests.unit.core import base
 from nova_gpu.tests.unit.core import test_catalog_schema as schema
 
@@ -139,3 +144,93 @@ class PlacementRuleTest(base.TestCase):
                                 self.model('L4').vgpu_profile('L4-4C'))
         self.assertIn('L4-4C is not a time-sliced vGPU type of L40S',
                       str(err))
+
+
+class MixedSizeGpuTest(base.TestCase):
+    """A GPU in mixed-size mode: the fit rule in ``host.Gpu``, the
+    fragmentation measure, the engine and the report.
+    """
+
+    def setUp(self):
+        super().setUp()
+        self.l40s = self.model('L40S')
+
+    def p(self, name):
+        return self.l40s.vgpu_profile(name)
+
+    def gpu(self, *held, mixed=True):
+        gpu = host_mod.Gpu(0, self.l40s, mixed_size=mixed)
+        for name in held:
+            gpu.take(host_mod.Slot(0, host_mod.VGPU, name))
+        return gpu
+
+    def test_two_sizes_share_a_gpu_then_a_size_no_longer_fits(self):
+        gpu = self.gpu('L40S-24C', 'L40S-8C')
+        self.assertEqual(750, gpu.used_milli)  # 6 of 8 slots
+        self.assertEqual(0, gpu.vgpu_room(self.p('L40S-24C')))
+        self.assertEqual(1, gpu.vgpu_room(self.p('L40S-8C')))
+        self.assertEqual(2, gpu.vgpu_room(self.p('L40S-4C')))
+        self.assertRaises(exceptions.AllocationError, gpu.take,
+                          host_mod.Slot(0, host_mod.VGPU, 'L40S-24C'))
+        # Equal-size mode: one type per GPU.
+        equal = self.gpu('L40S-24C', mixed=False)
+        self.assertEqual(0, equal.vgpu_room(self.p('L40S-8C')))
+
+    def test_mixed_size_maximum_applies(self):
+        gpu = self.gpu(*['L40S-8C'] * 4)
+        # 6 in equal-size mode, 4 in mixed-size mode (NVIDIA's maxima).
+        self.assertEqual(0, gpu.vgpu_room(self.p('L40S-8C')))
+        self.assertEqual(1000, gpu.used_milli)
+
+    def test_only_models_with_the_mode(self):
+        err = self.assertRaises(exceptions.InvalidRequest, host_mod.Gpu,
+                                0, self.model('T4'), mixed_size=True)
+        self.assertIn('T4 has no mixed-size vGPU mode', str(err))
+
+    def test_fragmentation_counts_slots(self):
+        host = host_mod.Host('h', [self.gpu('L40S-24C', 'L40S-8C')])
+        demand = frag.Demand.from_requests(
+            [request.GpuRequest(host_mod.VGPU, profile='L40S-24C')])
+        # 2 free slots (250 milli) no 24C can use: all lost.
+        self.assertEqual(250.0, frag.host_fragmentation(host, demand))
+        demand = frag.Demand.from_requests(
+            [request.GpuRequest(host_mod.VGPU, profile='L40S-4C')])
+        self.assertEqual(0.0, frag.host_fragmentation(host, demand))
+        # An unnamed vGPU ask may take any size on a mixed-size GPU.
+        any_vgpu = request.GpuRequest(host_mod.VGPU)
+        self.assertIn(host_mod.Slot(0, host_mod.VGPU, 'L40S-4C'),
+                      frag.unit_slots(host.gpus[0], any_vgpu))
+
+    def test_engine_places_two_sizes_and_says_why_not(self):
+        host = host_mod.Host('h', [self.gpu('L40S-24C')])
+        engine = engine_mod.PlacementEngine()
+        small = request.GpuRequest(host_mod.VGPU, profile='L40S-8C')
+        best = engine.best(host, small)
+        self.assertIsNotNone(best)
+        host.allocate(best.placement)
+        self.assertEqual({'L40S-24C': 1, 'L40S-8C': 1}, host.gpus[0].vgpus)
+        big = request.GpuRequest(host_mod.VGPU, profile='L40S-24C')
+        err = self.assertRaises(exceptions.NoFit, engine.best, host, big)
+        self.assertEqual(err.reason, engine.why_not(host, big))
+        self.assertIn('mixed-size L40S has no free 4-slot placement for '
+                      'L40S-24C (holds 1 L40S-24C, 1 L40S-8C: 6 of 8 '
+                      'slots)', engine.why_not(host, big))
+
+    def test_report_round_trip_and_refusal(self):
+        host = host_mod.Host('h', [self.gpu('L40S-24C')])
+        devices = {0: [{'kind': 'vgpu', 'detail': 'L40S-24C'},
+                       {'kind': 'vgpu', 'detail': 'L40S-8C'}]}
+        data = report.host_to_dict(host, generation=1, devices=devices)
+        self.assertIs(True, data['gpus'][0]['mixed_size'])
+        back = report.parse(data, self.catalog).host.gpus[0]
+        self.assertTrue(back.mixed_size)
+        self.assertEqual(1, back.vgpu_room(self.p('L40S-8C')))
+        data['gpus'][0]['model'] = 'T4'
+        data['gpus'][0]['devices'] = []
+        err = self.assertRaises(report.ReportError, report.parse,
+                                data, self.catalog)
+        self.assertIn('gpus[0].mixed_size', str(err))
+        self.assertIn('T4 has no mixed-size vGPU mode', str(err))
+        data['gpus'][0]['mixed_size'] = 'yes'
+        self.assertRaises(report.ReportError, report.parse,
+                          data, self.catalog)
