@@ -22,6 +22,7 @@ from nova_gpu.agent import sysfs as sysfs_mod
 from nova_gpu.core import catalog as catalog_mod
 from nova_gpu.core import exceptions
 from nova_gpu.core import host as host_mod
+from nova_gpu.core import mixed_size
 from nova_gpu.core import report as report_mod
 
 LOG = logging.getLogger(__name__)
@@ -537,7 +538,8 @@ class Discovery:
             pcie_switch=r.pcie_switch, nvlink_peers=r.nvlink_peers,
             mig_enabled=bool(r.nvml and r.nvml.mig_enabled
                              and r.model.mig_capable),
-            vgpu_types=r.vgpu_profiles or None) for r in records]
+            vgpu_types=r.vgpu_profiles or None,
+            mixed_size=self._mixed_size(r)) for r in records]
         host = host_mod.Host(self.hostname, gpus, self.cpu_milli,
                              self.memory_mib,
                              partitions=(fabric.read_table(self.fabric, gpus)
@@ -587,6 +589,21 @@ class Discovery:
                 LOG.warning('GPU %s: device %s does not fit the catalog '
                             'model (%s); not counted', record.address,
                             slot.detail, e)
+
+    def _mixed_size(self, r):
+        """The GPU of ``r`` is in mixed-size vGPU mode as the scheduler
+        can model it (NVML says so, MIG is off, the catalog has the
+        model's mixed-size maxima); a mode the catalog lacks is logged.
+        """
+        if r.nvml is None or not r.nvml.mixed_size or r.nvml.mig_enabled:
+            return False
+        if not mixed_size.supported(r.model):
+            LOG.warning('GPU %s: NVML says mixed-size vGPU mode is on but '
+                        'the catalog has no mixed-size maxima for %s; '
+                        'reported in equal-size mode', r.address,
+                        r.model.name)
+            return False
+        return True
 
     def _model(self, fn, nv):
         model = None

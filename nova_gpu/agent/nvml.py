@@ -56,6 +56,9 @@ class NvmlGpu:
     creatable_vgpu_types: dict = dataclasses.field(default_factory=dict)
     numa_node: int = None
     pcie_group: str = None        # GPUs behind one PCIe switch share it
+    # NVIDIA's mixed-size (heterogeneous) time-sliced vGPU mode is on
+    # (vGPU 17+, ``nvidia-smi vgpu -shm 1``); False where NVML cannot say.
+    mixed_size: bool = False
 
 
 def normalise_bus_id(bus_id):
@@ -228,7 +231,19 @@ class Nvml:
         gpu.creatable_vgpu_types = self._vgpu_types(
             dev, lib.nvmlDeviceGetCreatableVgpus)
         gpu.numa_node = self._refinement(lib.nvmlDeviceGetNumaNodeId, dev)
+        gpu.mixed_size = self._mixed_size(dev)
         return gpu
+
+    def _mixed_size(self, dev):
+        """The GPU runs vGPUs of several sizes (``Get`` of NVML's vGPU
+        heterogeneous mode answers 1, as ``nvidia-smi vgpu -shm 1`` sets
+        it); False before R550, on a GPU without the mode, or where NVML
+        cannot say.
+        """
+        get = getattr(self.lib, 'nvmlDeviceGetVgpuHeterogeneousMode', None)
+        if get is None:  # a pynvml older than R550's
+            return False
+        return self._refinement(get, dev) == 1
 
     def _pcie_groups(self, gpus, handles):
         """Group GPUs whose common PCIe ancestor is a switch (PIX/PXB)."""

@@ -79,6 +79,9 @@ class FakeGpu:
         self.gi_util = {}
         self.gi_memory_used = {}
         self.gpm = any(g in name for g in ('H100', 'H200', 'B200'))
+        # NVML's vGPU heterogeneous mode (mixed-size vGPUs, R550 on): 1
+        # on, 0 off, None: the call is NotSupported (no such mode).
+        self.heterogeneous = None
 
 
 class FakePynvml(types.SimpleNamespace):
@@ -395,6 +398,11 @@ class FakePynvml(types.SimpleNamespace):
 
     def nvmlDeviceGetNumaNodeId(self, dev):
         return dev.numa
+
+    def nvmlDeviceGetVgpuHeterogeneousMode(self, dev):
+        if dev.heterogeneous is None:
+            raise pynvml.NVMLError_NotSupported()
+        return dev.heterogeneous
 
     def nvmlDeviceGetMigMode(self, dev):
         if not dev.mig_capable:

@@ -119,6 +119,18 @@ class TestA100Mig(SysfsCase):
         return discovery.Discovery(self.sysfs, self.nvml, CATALOG,
                                    host='a1').discover()
 
+    def test_mixed_size_mode_reported(self):
+        gpu = self.lib.gpus[0]
+        gpu.heterogeneous = 1
+        # MIG on: no time-sliced vGPUs, so no mixed-size mode.
+        self.assertFalse(self.discover().host.gpus[0].mixed_size)
+        gpu.mig, gpu.gis = False, {}
+        inv = self.discover()
+        self.assertTrue(inv.host.gpus[0].mixed_size)
+        self.assertIs(True, inv.report()['gpus'][0]['mixed_size'])
+        gpu.heterogeneous = 0
+        self.assertNotIn('mixed_size', self.discover().report()['gpus'][0])
+
     def test_mig_instances_reported(self):
         inv = self.discover()
         g = inv.gpus[0]
@@ -259,6 +271,14 @@ class TestUnreadableGpus(SysfsCase):
     def discover(self, libvirt=None):
         return discovery.Discovery(self.sysfs, self.nvml, CATALOG,
                                    host='hgx1', libvirt=libvirt).discover()
+
+    def test_mixed_size_mode_the_catalog_lacks_is_not_reported(self):
+        # NVML says so, but the catalog has no H100 mixed-size maxima.
+        self.lib.gpus[0].heterogeneous = 1
+        with self.assertLogs(discovery.LOG.logger, 'WARNING') as logs:
+            inv = self.discover()
+        self.assertFalse(inv.host.gpus[0].mixed_size)
+        self.assertIn('no mixed-size maxima for H100', logs.output[0])
 
     def test_lost_gpu_is_left_out_not_the_host(self):
         self.lib.fail('nvmlDeviceGetName', pynvml.NVML_ERROR_GPU_IS_LOST,
