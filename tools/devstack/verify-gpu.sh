@@ -155,7 +155,7 @@ else
         fail "on-demand server $id failed without NoValidHost: $fault $(cat /tmp/ondemand.err)"
     fi
     reason=$(journalctl -u devstack@n-sch --since "$since" --no-pager -o cat |
-        grep -m1 "GpuFilter: no host can serve the GPU request of $id" || true)
+        grep -m1 "GpuFilter: no host can serve the GPU request of instance $id" || true)
     if [[ -n "$reason" ]]; then
         pass "devstack@n-sch: ${reason:0:300}"
     else
