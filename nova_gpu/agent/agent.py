@@ -5,6 +5,7 @@ reconcile from ``[gpu_agent]`` options; the service, the helper CLI and the
 benchmark all use it.
 """
 
+import os
 import socket
 import time
 import uuid
@@ -20,6 +21,7 @@ from nova_gpu.agent import health as health_mod
 from nova_gpu.agent import host_metrics as exporter_mod
 from nova_gpu.agent import journal as journal_mod
 from nova_gpu.agent import libvirt_host
+from nova_gpu.agent import mixed_size_mode
 from nova_gpu.agent import nvml as nvml_mod
 from nova_gpu.agent import placement
 from nova_gpu.agent import planning
@@ -89,6 +91,8 @@ class Agent:
             grace_period=opts.orphan_grace_period, layouts=layouts.load,
             orphan_kinds=orphan_kinds(opts))
         self._generation = 0
+        # PFs in mixed-size vGPU mode last recorded (None: not yet).
+        self._mixed_size = None
         self.boot_id = uuid.uuid4().hex
         self._placement = None
         self._warned_heads = False
@@ -130,6 +134,25 @@ class Agent:
             fabric=self.fabric,
             pcie_tree=self.conf.gpu_agent.report_pcie_tree,
         ).discover()
+
+    def _note_mixed_size(self, inventory):
+        """Record the GPUs in mixed-size vGPU mode for the qemu hook
+        (``mixed_size_mode``) when they changed.
+        """
+        found = frozenset(g.address for g in inventory.host.gpus
+                          if g.mixed_size)
+        state_dir = self.conf.gpu_agent.state_dir
+        if found == self._mixed_size or not state_dir:
+            return
+        if self._mixed_size is None and not found and not os.path.exists(
+                os.path.join(state_dir, mixed_size_mode.STORE_NAME)):
+            self._mixed_size = found  # nothing to record, nothing stale
+            return
+        try:
+            mixed_size_mode.write(state_dir, found)
+            self._mixed_size = found
+        except OSError as e:
+            LOG.warning('cannot record the GPUs in mixed-size mode: %s', e)
 
     def next_generation(self):
         # Milliseconds since the epoch: increases across agent restarts.
@@ -185,6 +208,7 @@ class Agent:
         start = time.perf_counter()
         inventory = self.discover()
         timings['discover_s'] = time.perf_counter() - start
+        self._note_mixed_size(inventory)
         carved = None
         if self.planning is not None and self.planning.due():
             start = time.perf_counter()

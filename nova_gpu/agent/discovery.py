@@ -108,7 +108,8 @@ class GpuRecord:
                 typed.append(self.vf_type_name(vf))
             else:
                 creatable.update(vf.creatable_vgpu_types.values())
-        return settable_types(self.model, typed, creatable)
+        return settable_types(self.model, typed, creatable,
+                              mixed=bool(self.nvml and self.nvml.mixed_size))
 
     def vfs(self):
         return self.vf_functions
@@ -263,16 +264,18 @@ def _provider(kind, name, address, resource_class, vgpu_type, vfs=(),
             'vfs': list(vfs), 'mig': list(mig) if mig else None}
 
 
-def settable_types(model, typed, creatable):
+def settable_types(model, typed, creatable, mixed=False):
     """Catalog types a vendor-VFIO VF of a ``model`` GPU can take now.
 
     ``typed``: the driver names of the types set on the GPU's VFs;
     ``creatable``: what the driver lists in its untyped VFs'
     ``creatable_vgpu_types``. Both, unless a VF holds a time-sliced type
     and the card cannot mix time-sliced types (the catalog's
-    ``time_sliced_mixing``; NVIDIA's equal-size mode): then only that
-    type. The GPU's other VFs can take no other, and Nova's PCI tracker
-    may hand out the typed VF itself, so an idle typed VF counts too: a
+    ``time_sliced_mixing``; NVIDIA's equal-size mode, ``mixed`` False):
+    then only that type. In mixed-size mode every type stays listed and
+    the scheduler's fit rule (``core.mixed_size``) decides what fits.
+    The GPU's other VFs can take no other, and Nova's PCI tracker may
+    hand out the typed VF itself, so an idle typed VF counts too: a
     guest is never sent where the ``qemu`` hook must refuse its VF. The
     agent reports this to the scheduler and the hook types by it.
 
@@ -287,7 +290,7 @@ def settable_types(model, typed, creatable):
     creatable = {_VENDOR_PREFIX.sub('', n or '').strip() for n in creatable}
     time_sliced = {n for n in typed
                    if n in profiles and not profiles[n].mig_backed}
-    if time_sliced and not model.time_sliced_mixing:
+    if time_sliced and not (model.time_sliced_mixing or mixed):
         names = time_sliced
     else:
         names = typed | creatable

@@ -73,6 +73,7 @@ from lxml import etree
 from nova_gpu.agent import discovery
 from nova_gpu.agent import errors
 from nova_gpu.agent import fabric
+from nova_gpu.agent import mixed_size_mode
 from nova_gpu.agent import privsep
 from nova_gpu.agent import sysfs as sysfs_mod
 from nova_gpu.agent import vf_types
@@ -205,7 +206,7 @@ def _model(fs, fn, catalog):
     return catalog.model_for_pci(pf.device_id) if pf else None
 
 
-def _type_for(fs, fn, specs, catalog):
+def _type_for(fs, fn, specs, catalog, mixed=False):
     """(type id, name) to give untyped VF ``fn``, or None when typed VF
     ``fn`` may keep its type; HookError when neither.
 
@@ -213,7 +214,8 @@ def _type_for(fs, fn, specs, catalog):
     of the types meeting the need (``core.flavor.vgpu_type_for``), first
     one the VF can take now: what the driver lists as creatable on it,
     narrowed as the agent reports the GPU to the scheduler
-    (``discovery.settable_types``: one time-sliced type per GPU).
+    (``discovery.settable_types``: one time-sliced type per GPU unless
+    the GPU is in mixed-size mode, ``mixed``).
     """
     siblings = _siblings(fs, fn)
     names = _type_names(siblings)
@@ -242,7 +244,8 @@ def _type_for(fs, fn, specs, catalog):
         typed = [names.get(vf.current_vgpu_type) for vf in siblings
                  if vf.current_vgpu_type]
         available = (creatable & set(discovery.settable_types(
-            model, typed, creatable)) if model is not None else creatable)
+            model, typed, creatable, mixed=mixed))
+            if model is not None else creatable)
         if not available & set(wanted):
             raise HookError(
                 'VF %s cannot take vGPU type %s now (creatable: %s)' % (
@@ -255,8 +258,11 @@ def _type_for(fs, fn, specs, catalog):
     return type_id_for(fn, name), name
 
 
-def prepare(xml, sysfs_root, catalog=None):
+def prepare(xml, sysfs_root, catalog=None, mixed=frozenset()):
     """Type the domain's VFs for its flavor; ``[(vf, type id)]`` set.
+
+    ``mixed``: PF addresses of the GPUs in mixed-size vGPU mode
+    (``mixed_size_mode``).
 
     ``xml``: the domain XML (text, or parsed). Raises HookError (nothing
     left set by this call) when one cannot.
@@ -272,7 +278,8 @@ def prepare(xml, sysfs_root, catalog=None):
         fn = _function(fs, address)
         if fn is None or fn.current_vgpu_type is None or not fn.physfn:
             continue  # not a vendor-VFIO VF: a PF, a NIC, an mdev VF
-        found = _type_for(fs, fn, specs, catalog)
+        found = _type_for(fs, fn, specs, catalog,
+                          mixed=fn.physfn in mixed)
         if found is not None:
             wanted.append((address,) + found)
     done = []
@@ -435,7 +442,9 @@ def main(argv=None, stdin=None, stderr=None, sysfs_root=None,
                             keeper, typed)
         held = prepare_partition(keeper, domain, root, sysfs_root)
         try:
-            done = prepare(root, sysfs_root) if typed else []
+            done = prepare(root, sysfs_root, mixed=(
+                mixed_size_mode.read(state_dir) if state_dir
+                else frozenset())) if typed else []
         except Exception:
             if held is not None:
                 _release_partition(keeper, domain, stderr)

@@ -213,9 +213,10 @@ def write_fake_nvml(path, gpus):
     (PCI), ``name`` (as NVML names the model), ``memory_mib``,
     ``numa_node``, ``nvlinks`` (PCI addresses at the far end of each
     NVLink), ``mig`` (in MIG mode; False when absent: GPUs are in MIG
-    mode only where NVML says so, with no GPU instance at start) and
-    ``lost`` (fallen off the bus: NVML lists it and can say nothing else
-    of it).
+    mode only where NVML says so, with no GPU instance at start),
+    ``heterogeneous`` (NVML's vGPU heterogeneous mode, mixed-size vGPUs:
+    1 on, 0 off, absent: NotSupported) and ``lost`` (fallen off the
+    bus: NVML lists it and can say nothing else of it).
     """
     with open(path, 'w') as f:
         json.dump([dict(g) for g in gpus], f, indent=1)
@@ -233,6 +234,8 @@ def _install_fake_nvml(path):
                          links=[nvml_bus_id(a) for a in g.get('nvlinks', ())],
                          mig=bool(g.get('mig', False)))
         for g in gpus])
+    for dev, g in zip(fake.gpus, gpus):
+        dev.heterogeneous = g.get('heterogeneous')
     for g in gpus:
         if g.get('lost'):
             fake.lose(g['address'])
@@ -549,7 +552,8 @@ class AgentReportsMixin:
         driver. Not for MIG hosts (this fake shows no GPU instances).
         """
         spec = self._host_specs[hostname]
-        if not spec.nvlink or getattr(spec, 'mig', False):
+        mixed = getattr(spec, 'mixed_size', False)
+        if not (spec.nvlink or mixed) or getattr(spec, 'mig', False):
             return None
         from nova_gpu.core import catalog as catalog_mod
         catalog = catalog_mod.load_catalog()
@@ -565,7 +569,8 @@ class AgentReportsMixin:
                 'numa_node': max(node.numa_node, 0),
                 'nvlinks': [pfs[j].address for pair in spec.nvlink
                             if i in pair for j in pair if j != i],
-                'lost': i in self.lost_gpus(hostname)})
+                'lost': i in self.lost_gpus(hostname),
+                'heterogeneous': 1 if mixed else None})
         return write_fake_nvml(os.path.join(self.agent_dirs[hostname],
                                             'nvml.json'), gpus)
 

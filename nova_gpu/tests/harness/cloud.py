@@ -195,6 +195,10 @@ class GpuHost:
     ``rdma``: an ``RdmaLayout`` of PCIe switches and ConnectX-7 NICs whose
     VFs are PCI devices in Placement (gpu:rdma); the report carries the
     PCIe tree (``pcie``) as ``[gpu_agent] report_pcie_tree`` makes it.
+    ``mixed_size``: the GPUs run NVIDIA's mixed-size vGPU mode (NVML
+    says so to the agent, ``AgentReportsMixin``); ``vfio`` with
+    ``on_demand`` VFs only, the one shape where Nova 34 gives one GPU
+    vGPUs of several types (doc/source/hgx.rst).
     """
 
     name: str
@@ -209,6 +213,7 @@ class GpuHost:
     vf_types: str = PRESET
     partitions: object = None
     rdma: object = None
+    mixed_size: bool = False
 
     def __post_init__(self):
         model = _CATALOG.model(self.model)
@@ -248,6 +253,9 @@ class GpuHost:
         if self.vf_types == ON_DEMAND and path != VFIO:
             raise ValueError('%s: only vendor-VFIO VFs (path vfio) get '
                              'their type on demand' % self.name)
+        if self.mixed_size and (path != VFIO or self.vf_types != ON_DEMAND):
+            raise ValueError('%s: mixed-size vGPUs need vfio VFs typed '
+                             'on demand' % self.name)
         if not 1 <= self.gpus <= 16:
             raise ValueError('%s: 1 to 16 GPUs per host' % self.name)
         if self.partitions is not None and path != PASSTHROUGH:

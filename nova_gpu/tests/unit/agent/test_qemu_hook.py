@@ -8,6 +8,7 @@ import types
 import fixtures
 import testtools
 
+from nova_gpu.agent import mixed_size_mode
 from nova_gpu.agent import privsep
 from nova_gpu.agent import qemu_hook
 from nova_gpu.agent import sysfs
@@ -162,6 +163,23 @@ class QemuHookTest(_VfCase):
         rc, err = self.run_hook(domain_xml(['zzzz:00:00.0']))
         self.assertEqual(1, rc)
         self.assertIn('is not a PCI address', err)
+
+    def test_mixed_size_gpu_takes_a_second_size(self):
+        state = self.useFixture(fixtures.TempDir()).path
+        self.fs.set_vgpu_type(self.vfs[2], 1061)  # another guest's VF
+        xml = domain_xml(self.vfs[:1], 'H100XM-20C')
+        # Equal-size mode (no record): refused, as above.
+        self.assertEqual(1, self.run_hook(xml, state_dir=state)[0])
+        # The agent recorded the GPU in mixed-size mode: the driver's
+        # creatable list decides, as the scheduler's slots did.
+        mixed_size_mode.write(state, [PF])
+        rc, err = self.run_hook(xml, state_dir=state)
+        self.assertEqual(0, rc, err)
+        self.assertEqual([1062, 0, 1061], [self.current(v) for v in self.vfs])
+        # An unreadable record: equal-size mode again, the safe side.
+        with open(os.path.join(state, mixed_size_mode.STORE_NAME), 'w') as f:
+            f.write('{')
+        self.assertEqual(frozenset(), mixed_size_mode.read(state))
 
     def test_release_clears_the_domain_vfs(self):
         xml = domain_xml(self.vfs[:2])
