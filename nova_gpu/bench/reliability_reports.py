@@ -119,7 +119,10 @@ def _valid(catalog, name, i, generation):
                 else None,
                 vfs=[vf] if kind == report_mod.PCI_POOL else ())]
     if shape == 1:
-        devices = {1: [{'kind': 'vgpu', 'detail': 'A100-10C'}] * (i % 4)}
+        # GPU 1 in mixed-size vGPU mode (core.mixed_size): 8 slots, an
+        # A100-10C takes 2, an A100-5C 1.
+        devices = {1: [{'kind': 'vgpu', 'detail': 'A100-10C'}] * (i % 4)
+                   + [{'kind': 'vgpu', 'detail': 'A100-5C'}]}
     elif shape == 2:
         devices = {0: [{'kind': 'mig', 'detail': ['3g.20gb', 4,
                                                   'A100-3-20C']}]}
@@ -127,6 +130,9 @@ def _valid(catalog, name, i, generation):
         devices = {2: [{'kind': 'whole'}]}
     data = report_mod.host_to_dict(host, name, generation, providers,
                                    devices, boot_id='boot-%s' % name)
+    if shape == 1:
+        data['gpus'][1]['mixed_size'] = True
+        data['gpus'][1]['vgpu_types'] = None
     if shape == 3:
         # Whole GPUs on an HGX board in Shared NVSwitch mode: its
         # partitions, the one of the guest's GPU 2 active.
@@ -226,6 +232,27 @@ def _bad_partitions(rng, data):
         data['partitions'] = rng.choice(['all', 7, {'id': 0}, [None]])
 
 
+def _bad_mixed_size(rng, data):
+    """A ``mixed_size`` no real agent reports: each a fault the parser
+    must name (``gpus[i]...``): the mode on a model without it (T4) or
+    with MIG on, not a boolean, or more vGPUs than its slots hold.
+    """
+    gpu = rng.choice([g for g in data['gpus'] if isinstance(g, dict)
+                      and g.get('mixed_size') is True])
+    case = rng.randrange(4)
+    if case == 0:
+        gpu['model'] = 'T4'
+    elif case == 1:
+        gpu['mig_enabled'] = True
+    elif case == 2:
+        gpu['mixed_size'] = rng.choice(['yes', 1, [], {}])
+        return
+    else:
+        gpu['devices'] = [{'kind': 'vgpu', 'detail': 'A100-20C'}] * 3
+        gpu['vgpu_types'] = None
+    gpu['mixed_size'] = True
+
+
 def _paths(node, prefix=()):
     """Every (container, key) in a JSON-like tree."""
     if isinstance(node, dict):
@@ -265,6 +292,11 @@ def _mutate(rng, data, unreal=None):
             continue
         if roll < 0.27 and isinstance(data.get('pcie'), dict):
             _bad_pcie(rng, data)
+            continue
+        if roll < 0.29 and isinstance(data.get('gpus'), list) and any(
+                isinstance(g, dict) and g.get('mixed_size') is True
+                for g in data['gpus']):
+            _bad_mixed_size(rng, data)
             continue
         if roll < 0.3 and isinstance(data.get('gpus'), list) and all(
                 isinstance(g, dict) for g in data['gpus']) and data['gpus']:

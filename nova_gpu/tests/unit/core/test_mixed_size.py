@@ -234,3 +234,28 @@ class MixedSizeGpuTest(base.TestCase):
         data['gpus'][0]['mixed_size'] = 'yes'
         self.assertRaises(report.ReportError, report.parse,
                           data, self.catalog)
+
+
+class FuzzedMixedSizeTest(base.TestCase):
+
+    def test_fuzzed_mixed_size_gpus_are_refused_naming_the_gpu(self):
+        # The reliability suite's bad mixed-size GPUs
+        # (bench.reliability_reports).
+        import copy
+        import random
+
+        from nova_gpu.bench import reliability_reports
+        valid = reliability_reports._valid(self.catalog, 'h1', 1, 5)
+        self.assertTrue(report.parse(valid, self.catalog)
+                        .host.gpus[1].mixed_size)
+        rng = random.Random(28)
+        fields = set()
+        for _ in range(200):
+            data = copy.deepcopy(valid)
+            reliability_reports._bad_mixed_size(rng, data)
+            err = self.assertRaises(report.ReportError, report.parse, data,
+                                    self.catalog)
+            self.assertTrue(err.field.startswith('gpus[1]'), err)
+            fields.add(err.field)
+        self.assertEqual({'gpus[1].mixed_size', 'gpus[1].devices[2]'},
+                         fields)
