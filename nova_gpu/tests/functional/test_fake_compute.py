@@ -113,6 +113,29 @@ class FakeComputeTest(test.NoDBTestCase):
         host.start()
         self.assertEqual([], host.tree.fs.mdevs())
 
+    def test_mdev_no_domain_holds_is_released_when_a_domain_goes(self):
+        host = self.start_host('mig-vgpu')
+        gpu = host.gpus[0]
+        names = ['pci_' + vf.replace(':', '_').replace('.', '_')
+                 for vf in gpu.vfs[:2]]
+        held, idle = (host._create_mdev(n, self.mdev_type('mig-vgpu'))
+                      for n in names)
+        xml = ("<domain type='kvm'><name>guest</name><vcpu>1</vcpu>"
+               "<memory>131072</memory><os><type>hvm</type></os><devices>"
+               "<hostdev mode='subsystem' type='mdev' model='vfio-pci'>"
+               "<source><address uuid='%s'/></source></hostdev>"
+               "</devices></domain>" % held)
+        dom = host.connection.defineXML(xml)
+        self.assertEqual(sorted([held, idle]), host.tree.fs.mdevs())
+        other = host.connection.defineXML(
+            xml.replace('guest', 'other').replace(held, 'x'))
+        other.undefine()
+        # The idle mdev and its GPU instance went; the held one stayed.
+        self.assertEqual([held], host.tree.fs.mdevs())
+        self.assertEqual([held], list(gpu.gpu_instances))
+        dom.undefine()
+        self.assertEqual([], host.tree.fs.mdevs())
+
     def test_mig_backed_mdev_carves_a_gpu_instance(self):
         host = self.start_host('mig-vgpu')
         gpu = host.gpus[0]

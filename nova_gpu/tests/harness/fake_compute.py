@@ -214,6 +214,12 @@ class FakeGpuHost:
             pci_info=self.pci_info, hostname=self.spec.name)
         for gpu in self.gpus:
             gpu.connection = self.connection
+        undefine = self.connection._undefine
+
+        def undefine_and_release(dom):
+            undefine(dom)
+            self.release_idle_mdevs()
+        self.connection._undefine = undefine_and_release
         use(fixtures.MockPatch('nova.virt.libvirt.host.Host.get_connection',
                                return_value=self.connection))
         shutil.rmtree(self.sysfs_dir, ignore_errors=True)
@@ -236,6 +242,28 @@ class FakeGpuHost:
         creatable = {type_id: 'NVIDIA %s' % self.spec.vgpu_type}
         return {vf: (creatable, type_id)
                 for gpu in self.gpus for vf in gpu.vfs}
+
+    def release_idle_mdevs(self):
+        """Remove the mdevs (and the GPU instances behind them) no domain
+        holds any more, in libvirt's list and in sysfs.
+
+        Nova keeps an mdev for the next guest of its type, and the agent
+        tells such an idle one from a used one by the domains it reads
+        over libvirt; this host's libvirt is inside the fake
+        nova-compute, out of the agent's reach, so the idle mdev would
+        count as used. Nova makes a new mdev when it finds none free.
+        """
+        from nova_gpu.tests.harness import cloud
+        held = set()
+        for dom in list(self.connection._vms.values()):
+            held |= cloud.hostdev_refs(dom.XMLDesc(0))[0]
+        for name in list(self.connection.mdev_info.devices):
+            uuid = name[len('mdev_'):].replace('_', '-')
+            if uuid.lower() not in held:
+                del self.connection.mdev_info.devices[name]
+                for gpu in self.gpus:
+                    gpu.gpu_instances.pop(uuid, None)
+        self.tree.sync()
 
     def _create_mdev(self, dev_name, mdev_type, uuid=None):
         """What the kernel does when Nova's driver makes an mdev: the
