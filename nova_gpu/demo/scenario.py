@@ -20,6 +20,7 @@ import collections
 import dataclasses
 import itertools
 
+from nova_gpu.core import partitions as partitions_mod
 from nova_gpu.tests.harness import cloud as cloud_mod
 
 
@@ -47,6 +48,13 @@ HOSTS = (
     cloud_mod.GpuHost('l40s-1', 'L40S', 'L40S-8C', gpus=2),
     # Turing: mdev types on the PF. T4-8C: two per GPU.
     cloud_mod.GpuHost('t4-1', 'T4', 'T4-8C', gpus=2),
+    # HGX H100 for training, whole GPUs passed through in Fabric
+    # Manager's Shared NVSwitch mode: a guest gets only GPUs forming one
+    # of the board's published partitions (doc/source/hgx.rst).
+    cloud_mod.GpuHost('hgx-1', 'H100-80GB', gpus=8, nvlink=_all_pairs(8),
+                      path=cloud_mod.PASSTHROUGH,
+                      partitions=partitions_mod.published_table(
+                          'HGX-H100-8GPU')),
     # Two NVLinked H200 GPUs passed through whole.
     cloud_mod.GpuHost('h200-1', 'H200-141GB', gpus=2, nvlink=((0, 1),),
                       path=cloud_mod.PASSTHROUGH),
@@ -81,6 +89,9 @@ FLAVORS = (
            asks='2x A100-2-10C, NVLinked'),
     Flavor('l40s.8c', {'gpu:profile': 'L40S-8C'}, asks='1x L40S-8C'),
     Flavor('t4.8c', {'gpu:profile': 'T4-8C'}, asks='1x T4-8C'),
+    Flavor('h100.x2', {'gpu:kind': 'whole', 'gpu:model': 'H100-80GB',
+                       'gpu:count': '2', 'gpu:topology': 'nvlink'},
+           vcpus=2, asks='2 whole H100, one NVSwitch partition'),
     Flavor('h200.x2', {'gpu:kind': 'whole', 'gpu:model': 'H200-141GB',
                        'gpu:count': '2', 'gpu:topology': 'nvlink'},
            vcpus=2, asks='2 whole H200, NVLinked'),
@@ -95,6 +106,7 @@ SEQUENCE = (
     ('a100.mig.x2', 2),
     ('t4.8c', 2),
     ('h200.x2', 1),
+    ('h100.x2', 2),
 )
 
 

@@ -26,7 +26,7 @@ class DemoTest(testtools.TestCase):
         self.assertEqual([], [s.name for s in ours.servers
                               if s.result != 'ACTIVE'])
         multi = [s for s in ours.servers if len(s.gpus) > 1]
-        self.assertEqual(9, len(multi))
+        self.assertEqual(11, len(multi))
         for server in multi:
             self.assertTrue(server.topology_kept, server)
             self.assertEqual(int(scenario.flavors_by_name()[
@@ -123,3 +123,19 @@ class DemoTest(testtools.TestCase):
         self.assertEqual('passthrough', whole.path)
         self.assertEqual(2, len(set(whole.gpus)))
         self.assertEqual(list(whole.gpus), list(whole.functions))
+        # HGX H100 in Shared NVSwitch mode: each pair of whole H100s is
+        # one of Fabric Manager's 2-GPU partitions, never the same one.
+        table = {h.name: h for h in scenario.HOSTS}['hgx-1'].partitions
+        pairs = [s for s in ours.servers if s.flavor == 'h100.x2']
+        self.assertEqual(2, len(pairs))
+        sets = []
+        for server in pairs:
+            self.assertEqual('hgx-1', server.host)
+            # The harness numbers GPU g of a host on bus 0x?g.
+            indices = frozenset(int(g.split(':')[1], 16) & 0xf
+                                for g in server.gpus)
+            self.assertIn(indices, {frozenset(p.gpus)
+                                    for p in table.partitions
+                                    if len(p.gpus) == 2})
+            sets.append(indices)
+        self.assertTrue(sets[0].isdisjoint(sets[1]))
