@@ -120,11 +120,19 @@ for unit in "${UNITS[@]}"; do
         fail "$unit: nova-gpu-scheduler dropped $dropped reports"
     fi
     os_user server delete --wait "$id" || fail "$unit: delete of $id failed"
-    left=$(os_admin resource provider allocation show "$id" -f value 2>/dev/null || true)
-    if [[ -z "$left" ]]; then
-        pass "$unit: no allocation of $id left"
+    # nova-compute removes the allocation after the server is gone from
+    # the API (a run saw it still there right after "delete --wait", gone
+    # within a minute).
+    # shellcheck disable=SC2317  # called through wait_until
+    no_allocation() {
+        left=$(os_admin resource provider allocation show "$id" -f value 2>/dev/null || true)
+        [[ -z "$left" ]]
+    }
+    delete_end=$SECONDS
+    if wait_until 120 no_allocation; then
+        pass "$unit: no allocation of $id left ($(( SECONDS - delete_end )) s after the delete)"
     else
-        fail "$unit: allocation of deleted $id left: $left"
+        fail "$unit: allocation of deleted $id left 120 s after the delete: $left"
     fi
     # shellcheck disable=SC2317  # called through wait_until
     unused() { in_use=$(gpu_usage); [[ -z "$in_use" ]]; }
