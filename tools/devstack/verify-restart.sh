@@ -85,11 +85,13 @@ for unit in "${UNITS[@]}"; do
     start=$SECONDS
     id=$(os_user server create --flavor "$FLAVOR" --image "$IMAGE" --nic none \
         "$name" -f value -c id)
-    sleep 2
+    # At once: a build on a fake host takes about 10 s.
     restart_start=$SECONDS
     restart_epoch=$(date +%s)
     sudo systemctl restart "$unit"
-    echo "restarted $unit ($(( SECONDS - restart_start )) s; server $id was $(os_user server show "$id" -f value -c status))"
+    # (A server already ACTIVE here was built before the restart took
+    # effect: the report says so.)
+    echo "restarted $unit ($(( SECONDS - restart_start )) s, $(( SECONDS - start )) s after the create; server $id then $(os_user server show "$id" -f value -c status)/$(os_admin server show "$id" -f value -c OS-EXT-STS:task_state))"
     # shellcheck disable=SC2317  # called through wait_until
     settled() {
         status=$(os_user server show "$id" -f value -c status 2>/dev/null || echo "?")
