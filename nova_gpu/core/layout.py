@@ -377,6 +377,12 @@ class LayoutPlanner:
                 decisions[gpu.index] = LayoutDecision(
                     gpu.index, layout, layout,
                     'in use: kept %s' % _describe(layout))
+            elif gpu.mixed_size:
+                # Each guest's VF gets its type at start (core.mixed_size
+                # decides what fits): no one layout to carve to.
+                decisions[gpu.index] = LayoutDecision(
+                    gpu.index, layout, layout,
+                    'mixed-size vGPU mode: kept %s' % _describe(layout))
             else:
                 idle.append(gpu)
         if not classes:
@@ -435,7 +441,8 @@ class LayoutPlanner:
             if layout is not None:
                 _add(supply, class_units(classes, gpu.model,
                                          free_units(gpu, layout)))
-            if gpu.is_free and wanted.on(gpu.model) and not any(
+            if gpu.is_free and not gpu.mixed_size and wanted.on(
+                    gpu.model) and not any(
                     option in layout_units(gpu.model, layout)
                     for option in wanted.on(gpu.model)):
                 idle.append(gpu)

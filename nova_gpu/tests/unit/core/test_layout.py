@@ -150,6 +150,22 @@ class PlannerTest(base.TestCase):
         self.assertTrue(all(d.changed for d in decisions[2:]))
         self.assertEqual(before, [g.snapshot() for g in self.host.gpus[:2]])
 
+    def test_mixed_size_gpus_are_never_carved(self):
+        # Mixed-size vGPU mode: each guest's VF is typed at its start;
+        # the planner keeps such a GPU, idle or not.
+        model = self.catalog.model('A100-40GB')
+        host = host_mod.Host('h', [host_mod.Gpu(0, model, mixed_size=True),
+                                   host_mod.Gpu(1, model)])
+        demand = [L.DemandClass('small', 1,
+                                {model.name: (('vgpu', 'A100-10C'),)})]
+        planner = L.LayoutPlanner(min_hold=0)
+        mixed, plain = planner.plan(host, {}, demand, 0)
+        self.assertFalse(mixed.changed)
+        self.assertIn('mixed-size vGPU mode: kept', mixed.reason)
+        self.assertTrue(plain.changed)
+        host.gpus[1].take(host_mod.Slot(1, host_mod.VGPU, 'A100-10C'))
+        self.assertIsNone(planner.carve_for(host, {}, demand[0], demand, 0))
+
     def test_hold_time_and_rate_limit(self):
         planner = L.LayoutPlanner(min_hold=600, max_changes=1)
         layouts = {}
