@@ -50,11 +50,14 @@ HOSTS = (
     cloud_mod.GpuHost('t4-1', 'T4', 'T4-8C', gpus=2),
     # HGX H100 for training, whole GPUs passed through in Fabric
     # Manager's Shared NVSwitch mode: a guest gets only GPUs forming one
-    # of the board's published partitions (doc/source/hgx.rst).
+    # of the board's published partitions (doc/source/hgx.rst). Eight
+    # ConnectX-7 NICs, two with two GPUs under each of four PCIe switches,
+    # their VFs in PCI in Placement for GPUDirect RDMA (gpu:rdma).
     cloud_mod.GpuHost('hgx-1', 'H100-80GB', gpus=8, nvlink=_all_pairs(8),
                       path=cloud_mod.PASSTHROUGH,
                       partitions=partitions_mod.published_table(
-                          'HGX-H100-8GPU')),
+                          'HGX-H100-8GPU'),
+                      rdma=cloud_mod.RdmaLayout.hgx_h100()),
     # Two NVLinked H200 GPUs passed through whole.
     cloud_mod.GpuHost('h200-1', 'H200-141GB', gpus=2, nvlink=((0, 1),),
                       path=cloud_mod.PASSTHROUGH),
@@ -92,6 +95,9 @@ FLAVORS = (
     Flavor('h100.x2', {'gpu:kind': 'whole', 'gpu:model': 'H100-80GB',
                        'gpu:count': '2', 'gpu:topology': 'nvlink'},
            vcpus=2, asks='2 whole H100, one NVSwitch partition'),
+    Flavor('h100.rdma', {'gpu:kind': 'whole', 'gpu:model': 'H100-80GB',
+                         'gpu:rdma': 'true'},
+           asks='1 whole H100 + a NIC VF on its switch'),
     Flavor('h200.x2', {'gpu:kind': 'whole', 'gpu:model': 'H200-141GB',
                        'gpu:count': '2', 'gpu:topology': 'nvlink'},
            vcpus=2, asks='2 whole H200, NVLinked'),
@@ -107,6 +113,7 @@ SEQUENCE = (
     ('t4.8c', 2),
     ('h200.x2', 1),
     ('h100.x2', 2),
+    ('h100.rdma', 1),
 )
 
 

@@ -139,3 +139,7 @@ class DemoTest(testtools.TestCase):
                                     if len(p.gpus) == 2})
             sets.append(indices)
         self.assertTrue(sets[0].isdisjoint(sets[1]))
+        # GPUDirect RDMA: the whole H100 and its NIC VF share a PCIe
+        # switch (the harness's HGX layout).
+        (rdma,) = [s for s in ours.servers if s.flavor == 'h100.rdma']
+        self.assertEqual('hgx-1', rdma.host)
