@@ -82,6 +82,9 @@ class FakeGpu:
         # NVML's vGPU heterogeneous mode (mixed-size vGPUs, R550 on): 1
         # on, 0 off, None: the call is NotSupported (no such mode).
         self.heterogeneous = None
+        # nvmlDeviceGetUtilizationRates (percent of the last sample
+        # period); NVML answers NotSupported on a GPU in MIG mode.
+        self.utilization = 0
 
 
 class FakePynvml(types.SimpleNamespace):
@@ -395,6 +398,11 @@ class FakePynvml(types.SimpleNamespace):
         if hasattr(dev, 'gi_id'):
             return self.mig_memory_info(dev)
         return types.SimpleNamespace(total=dev.memory_mib * 2 ** 20)
+
+    def nvmlDeviceGetUtilizationRates(self, dev):
+        if hasattr(dev, 'gi_id') or dev.mig:
+            raise pynvml.NVMLError_NotSupported()
+        return types.SimpleNamespace(gpu=dev.utilization, memory=0)
 
     def nvmlDeviceGetNumaNodeId(self, dev):
         return dev.numa
