@@ -171,6 +171,8 @@ function configure_nova_gpu_compute {
     iniset "$NOVA_GPU_AGENT_CONF" gpu_agent state_dir "$NOVA_GPU_STATE_DIR"
     iniset "$NOVA_GPU_AGENT_CONF" gpu_agent libvirt_uri \
         "${LIBVIRT_URI:-qemu:///system}"
+    iniset "$NOVA_GPU_AGENT_CONF" gpu_agent quota_inventory \
+        "$NOVA_GPU_QUOTA_INVENTORY"
     # Root helpers (MIG, VFIO vGPU) run through oslo.privsep; the helper
     # lives in Nova's virtual environment, outside sudo's secure_path.
     iniset "$NOVA_GPU_AGENT_CONF" nova_gpu_privsep helper_command \
@@ -368,6 +370,7 @@ function configure_nova_gpu_fake_host {
         "$dir/provider_config/nova-gpu.yaml"
     iniset "$agent_conf" gpu_agent outbox_dir "$dir/outbox"
     iniset "$agent_conf" gpu_agent state_dir "$dir/agent-state"
+    iniset "$agent_conf" gpu_agent quota_inventory "$NOVA_GPU_QUOTA_INVENTORY"
     while IFS=$'\t' read -r option value; do
         [[ -n "$option" ]] && iniset "$agent_conf" gpu_agent "$option" "$value"
     done < <(_nova_gpu_fake_launcher agent-options "$path" "$host")

@@ -359,10 +359,15 @@ boot() {
     fi
     ct ip -4 addr show tap0 | grep -q "$CT_IP" ||
         die "no network in the container (see $LOGS/slirp4netns.log)"
-    local state
-    # --wait also waits for systemd's bus, which the commands below need.
-    state=$(timeout 300 nsenter --target "$LEADER" --mount --pid -- \
-        systemctl is-system-running --wait 2>/dev/null) || true
+    local state="" deadline=$(( SECONDS + 300 ))
+    # --wait also waits for systemd's bus, which the commands below need;
+    # but right after the boot starts there is no bus yet and systemctl
+    # answers at once with nothing (a fresh root's first boot): ask again.
+    while [[ -z "$state" || $state == offline ]] && (( SECONDS < deadline )); do
+        state=$(timeout 300 nsenter --target "$LEADER" --mount --pid -- \
+            systemctl is-system-running --wait 2>/dev/null) || true
+        [[ -z "$state" || $state == offline ]] && sleep 2
+    done
     echo "container systemd: ${state:-unknown}"
     case $state in
         running) ;;

@@ -9,6 +9,10 @@
 #     gpu server show) is the one nova-gpu-scheduler ranked first (its
 #     gpu.placement.decided notification, recorded by placements.py);
 #   - a bad gpu: spec is refused with 400 naming the key;
+#   - GPU quotas: with Keystone's unified limits a whole-H200 flavor asking
+#     its quota class boots once within a limit of 1, is refused by Nova
+#     (403 naming the class) the second time, and boots with the demo
+#     project's limit raised to 2;
 #   - openstack gpu capacity says how many spot servers fit, and exactly
 #     that many boot; one more (on-demand) gets NoValidHost with the
 #     plugin's reason in devstack@n-sch's journal; nova-gpu-reclaimer
@@ -267,6 +271,80 @@ else
     pass "no bad spec stored on devstack-check-bad ($stored)"
 fi
 os_admin flavor delete devstack-check-bad >/dev/null 2>&1 || true
+
+echo "--- GPU quotas: Nova's unified limits on Keystone's registered limits"
+# devstack's NOVA_USE_UNIFIED_LIMITS (Nova's UnifiedLimitsDriver, limits in
+# Keystone) and the plugin's NOVA_GPU_QUOTA_INVENTORY (the agents offer the
+# quota classes): a whole-H200 flavor asking its class, a registered limit
+# of 1 whole H200 per project, then a project limit of 2 for the demo
+# project (doc/source/quotas.rst, as an operator does it).
+os_system() { openstack --os-cloud devstack-system-admin "$@"; }
+QUOTA_CLASS=CUSTOM_GPU_QUOTA_H200_141GB_WHOLE
+QUOTA_HOST=$PREFIX-whole-gpu
+region=$(os_admin region list -f value -c Region | head -1)
+quota_rp=$(os_admin resource provider list --name "$QUOTA_HOST" -f value -c uuid || true)
+if ! os_system registered limit list -f value -c "Resource Name" 2>/dev/null | grep -qx servers; then
+    fail "no registered limit for servers in Keystone: NOVA_USE_UNIFIED_LIMITS is off, quotas not checked"
+elif [[ -z "$quota_rp" ]]; then
+    fail "no resource provider $QUOTA_HOST (the fake whole-gpu host)"
+elif ! total=$(os_admin resource provider inventory show "$quota_rp" "$QUOTA_CLASS" -f value -c total 2>/dev/null); then
+    fail "$QUOTA_HOST offers no $QUOTA_CLASS (NOVA_GPU_QUOTA_INVENTORY off?): $(os_admin resource provider inventory list "$quota_rp" -f value -c resource_class | tr '\n' ' ')"
+else
+    pass "$QUOTA_HOST offers $QUOTA_CLASS=$total on its root provider (nova-gpu-agent's provider config)"
+    # The commands openstack gpu quota limits prints, run as the system admin.
+    mapfile -t cmds < <(os_admin gpu quota limits --model H200-141GB --kind whole \
+        --default-limit 1 --region "$region" -c Command -f value | grep "class:$QUOTA_CLASS\$")
+    for cmd in "${cmds[@]}"; do
+        # shellcheck disable=SC2086  # the printed command's words
+        os_system ${cmd#openstack } -f value -c id >/dev/null ||
+            os_system registered limit list --resource-name "class:$QUOTA_CLASS" -f value -c id | grep -q . ||
+            fail "$cmd failed"
+    done
+    gpu_flavor devstack-check-quota-h200 --quota gpu:kind=whole gpu:model=H200-141GB
+    quota_keys=$(os_admin flavor show devstack-check-quota-h200 -f json -c properties |
+        json "print(' '.join(k for k in d['properties'] if 'GPU_QUOTA' in k))")
+    if [[ $quota_keys == *"$QUOTA_CLASS"* ]]; then
+        pass "flavor devstack-check-quota-h200 asks $quota_keys"
+    else
+        fail "flavor devstack-check-quota-h200 asks no $QUOTA_CLASS ($quota_keys)"
+    fi
+    for name in devstack-check-quota-1 devstack-check-quota-2; do
+        os_user server delete --wait "$name" >/dev/null 2>&1 || true
+    done
+    if id=$(boot devstack-check-quota-1 devstack-check-quota-h200); then
+        pass "one whole H200 within the limit of 1: $id ACTIVE"
+    else
+        fail "the first whole-H200 server did not boot within its limit"
+    fi
+    if out=$(os_user server create --flavor devstack-check-quota-h200 --image "$IMAGE" \
+            --nic none devstack-check-quota-2 2>&1); then
+        fail "a second whole H200 was accepted over the limit of 1"
+        os_user server delete --wait devstack-check-quota-2 >/dev/null 2>&1 || true
+    elif grep -q "403" <<< "$out" && grep -qF "$QUOTA_CLASS" <<< "$out"; then
+        pass "over the limit, Nova refused with its own quota error: $(cut -c1-250 <<< "$out")"
+    else
+        fail "the second whole H200 was refused, but not with 403 naming $QUOTA_CLASS: $out"
+    fi
+    demo_project=$(os_user token issue -f value -c project_id)
+    os_system limit create --service nova --project "$demo_project" --region "$region" \
+        --resource-limit 2 "class:$QUOTA_CLASS" -f value -c id >/tmp/quota-limit.id 2>/tmp/quota-limit.err ||
+        fail "openstack limit create (the demo project's limit of 2) failed: $(cat /tmp/quota-limit.err)"
+    if id=$(boot devstack-check-quota-2 devstack-check-quota-h200); then
+        pass "with the demo project's limit raised to 2, the second whole H200 boots: $id ACTIVE"
+    else
+        fail "the second whole H200 did not boot with the project's limit of 2"
+    fi
+    for name in devstack-check-quota-1 devstack-check-quota-2; do
+        os_user server delete --wait "$name" >/dev/null 2>&1 || true
+    done
+    # Leave no GPU limit for the checks after this one.
+    if [[ -s /tmp/quota-limit.id ]]; then
+        os_system limit delete "$(cat /tmp/quota-limit.id)" || true
+    fi
+    for lid in $(os_system registered limit list --resource-name "class:$QUOTA_CLASS" -f value -c id); do
+        os_system registered limit delete "$lid" || true
+    done
+fi
 
 echo "--- Prometheus with the shipped rules"
 rules=$PLUGIN_DIR/etc/prometheus/nova-gpu-rules.yaml

@@ -51,13 +51,18 @@ ensure_image() {
 
 json() { python3 -c "import json, sys; d = json.load(sys.stdin); $1"; }
 
-# gpu_flavor NAME SPEC...: a flavor with these gpu: keys and the Nova keys
+# gpu_flavor NAME [--quota] SPEC...: a flavor with these gpu: keys and the Nova keys
 # openstack gpu flavor keys prints for them (as the admin: flavors are).
 gpu_flavor() {
     local name=$1 spec key value
     shift
     os_admin flavor show "$name" >/dev/null 2>&1 && return 0
     local -a props=() keys=()
+    if [[ ${1:-} == --quota ]]; then
+        # Also the GPU quota classes (doc/source/quotas.rst).
+        keys+=(--quota)
+        shift
+    fi
     for spec in "$@"; do
         props+=(--property "$spec")
         keys+=(--property "$spec")
