@@ -12,7 +12,13 @@ and checks each answer:
 * no key that only looks like a ``gpu:`` key (``GPU:count``) is accepted;
 * every accepted spec, read back from the API, is one ``flavor.parse``
   understands (alone, or with ``gpu:memory`` for ``gpu:compute``), and
-  no flavor built from accepted specs makes ``parse`` crash.
+  no flavor built from accepted specs makes ``parse`` crash;
+* the GPU quota classes of every accepted key and flavor
+  (``core.quota.extra_specs``, what ``openstack gpu flavor keys --quota``
+  prints) are Placement resource classes with positive amounts, and
+  random model names, regions and default limits (``openstack gpu quota
+  limits``) give a class and a command a shell runs as written, or a
+  clear refusal, never a crash.
 
 Keys are drawn in and near the ``gpu:`` namespace, values from valid ones,
 Unicode digits, huge and negative numbers, JSON numbers (NaN and infinity
@@ -24,6 +30,7 @@ reliability`` or ``python -m nova_gpu.bench.reliability specs``.
 import dataclasses
 import random
 import re
+import shlex
 import time
 
 from oslo_serialization import jsonutils
@@ -31,6 +38,7 @@ from oslo_serialization import jsonutils
 from nova_gpu.bench import reliability
 from nova_gpu.core import exceptions
 from nova_gpu.core import flavor as grammar
+from nova_gpu.core import quota
 from nova_gpu.scheduler import gpu_spec as flavor_mod
 
 PART = 'specs'
@@ -94,6 +102,8 @@ class Tally:
     outside_grammar: int = 0
     parse_refused: int = 0
     parse_crashed: int = 0
+    quota_checked: int = 0
+    quota_bad: int = 0
     seconds: float = 0.0
     failures: list = dataclasses.field(default_factory=list)
 
@@ -107,7 +117,7 @@ class Tally:
         return (self.server_errors + self.other_status + self.unnamed_400
                 + self.accepted_near_miss + self.outside_grammar
                 + self.parse_refused
-                + self.parse_crashed)
+                + self.parse_crashed + self.quota_bad)
 
 
 class Fuzzer:
@@ -286,13 +296,15 @@ class Run:
     def _check_whole_flavor(self):
         specs = self._stored()
         try:
-            flavor_mod.parse(specs)
+            spec = flavor_mod.parse(specs)
         except exceptions.GpuError:
-            pass  # keys that contradict each other: per flavor, not per key
+            return  # keys that contradict each other: per flavor, not per key
         except Exception as e:
             self.tally.parse_crashed += 1
             self.tally.fail('whole flavor crashed parse', 'flavor', specs,
                             repr(e))
+            return
+        check_quota(self.tally, spec, self.fuzzer.catalog, 'flavor', specs)
 
     def send(self, key, value):
         t = self.tally
@@ -347,13 +359,15 @@ class Run:
             t.outside_grammar += 1
             t.fail('accepted outside the grammar', key, stored, '')
         try:
-            _parse_alone(key, stored)
+            spec = _parse_alone(key, stored)
         except exceptions.GpuError as e:
             t.parse_refused += 1
             t.fail('accepted, then refused by parse', key, stored, e)
         except Exception as e:
             t.parse_crashed += 1
             t.fail('accepted, then crashed parse', key, stored, repr(e))
+        else:
+            check_quota(t, spec, self.fuzzer.catalog, key, stored)
 
     def run(self, count, budget_s=None):
         start = time.perf_counter()
@@ -366,6 +380,60 @@ class Run:
             self._check_whole_flavor()
         self.tally.seconds = time.perf_counter() - start
         return self.tally
+
+
+# A Placement resource class (placement's schema: CUSTOM_ and at most 255
+# characters of A-Z, 0-9 and _).
+_RESOURCE_CLASS = re.compile(r'CUSTOM_[A-Z0-9_]{1,248}')
+
+
+def check_quota(tally, spec, catalog, key, value):
+    """Count the GPU quota keys of ``spec`` that are not Placement's."""
+    tally.quota_checked += 1
+    try:
+        keys = quota.extra_specs(spec, catalog)
+    except Exception as e:
+        tally.quota_bad += 1
+        tally.fail('quota classes crashed', key, value, repr(e))
+        return
+    for name, amount in keys.items():
+        rc = name[len('resources:'):]
+        if not (name.startswith('resources:') and
+                _RESOURCE_CLASS.fullmatch(rc) and amount.isdigit() and
+                int(amount) > 0):
+            tally.quota_bad += 1
+            tally.fail('malformed quota key', key, value,
+                       '%s=%s' % (name, amount))
+
+
+def fuzz_quota_names(tally, rng, count):
+    """Random model names, regions and limits through the quota names:
+    a class Placement takes and a command a shell runs as its words, or
+    ``InvalidRequest``; anything else counts as bad.
+    """
+    for _ in range(count):
+        name = ''.join(rng.choice(_JUNK + tuple('Hh100-GB ab')) for _ in
+                       range(rng.randint(0, 40)))
+        if rng.random() < 0.05:
+            name = 'H' * rng.randint(250, 300)
+        region = rng.choice((None, 'RegionOne', name, '-x', ''))
+        limit = rng.choice((0, 1, -1, -2, '4', 2 ** 40, 1.5, None))
+        tally.quota_checked += 1
+        try:
+            rc = quota.model_class(name, rng.choice(quota.KINDS))
+            command = quota.limit_command('class:' + rc, limit, region)
+        except exceptions.InvalidRequest:
+            continue
+        except Exception as e:
+            tally.quota_bad += 1
+            tally.fail('quota names crashed', 'model', name, repr(e))
+            continue
+        words = shlex.split(command)
+        if not _RESOURCE_CLASS.fullmatch(rc) or words[-1] != 'class:' + rc \
+                or (region and region not in words):
+            tally.quota_bad += 1
+            tally.fail('bad quota class or command', 'model', name,
+                       '%s / %s' % (rc, command))
 
 
 def figures(tally, wanted):
@@ -390,6 +458,9 @@ def figures(tally, wanted):
             '0', not tally.parse_refused),
         row('accepted, then crashed flavor.parse', tally.parse_crashed, '0',
             not tally.parse_crashed),
+        row('GPU quota keys and names checked: malformed or crashed',
+            '%d: %d' % (tally.quota_checked, tally.quota_bad), '0',
+            not tally.quota_bad),
         row('specs/second', round(rate, 1), '-', True),
     ]
 
@@ -403,6 +474,7 @@ def run(quick=False, seed=20261201):
         tally = Run(case.api_fixture.admin_api, seed).run(wanted, BUDGET_S)
     finally:
         case.doCleanups()
+    fuzz_quota_names(tally, random.Random(seed), wanted // 10)
     for line in tally.failures:
         print('  ' + line)
     return figures(tally, wanted)

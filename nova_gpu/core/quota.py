@@ -32,6 +32,7 @@ device classes do. They only make the project's usage countable.
 """
 
 import re
+import shlex
 
 from nova_gpu.core import exceptions
 from nova_gpu.core import flavor as flavor_mod
@@ -200,4 +201,5 @@ def limit_command(limit_name, default_limit, region=None,
              service, '--default-limit', str(default_limit)]
     if region:
         words += ['--region', region]
-    return ' '.join(words + [limit_name])
+    # Quoted for a shell: a region or service name is the operator's text.
+    return ' '.join(shlex.quote(w) for w in words + [limit_name])

@@ -1,5 +1,6 @@
 """GPU quota classes: what flavors ask and hosts offer (core.quota)."""
 
+import shlex
 import types
 
 from nova_gpu.core import exceptions
@@ -113,6 +114,16 @@ class LimitTest(base.TestCase):
             'openstack registered limit create --service nova '
             '--default-limit 4 --region RegionOne class:' + H100,
             quota.limit_command('class:' + H100, 4, 'RegionOne'))
+
+    def test_command_quoted_for_a_shell(self):
+        # A region is the operator's text: the printed command must run
+        # as the words it was made of.
+        region = "Region One; rm -rf / 'x'"
+        command = quota.limit_command('class:' + H100, 4, region)
+        self.assertEqual(
+            ['openstack', 'registered', 'limit', 'create', '--service',
+             'nova', '--default-limit', '4', '--region', region,
+             'class:' + H100], shlex.split(command))
 
     def test_bad_input(self):
         self.assertRaises(exceptions.UnknownModel, quota.limit_names,
