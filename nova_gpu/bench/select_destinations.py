@@ -44,8 +44,11 @@ deleted after each request, untimed. Median and p90 of wall time.
 Throughput: ``--threads`` threads send ``--burst`` requests each to one
 configuration's manager, the configurations taking turns, ``--bursts``
 times; requests per second of each burst, the median counts; claims are
-deleted after each burst, untimed. Ratios are to stock measured in the
-same run. Nova's ``[scheduler] max_placement_results`` (1000) caps what
+deleted after each burst, untimed. The claims of the bursts are counted
+(``nova.scheduler.utils.claim_resources``): tried, lost (Placement
+refused: a concurrent request took the room first) and, for the plugin,
+requests scheduled again after lost claims. Ratios are to stock measured
+in the same run. Nova's ``[scheduler] max_placement_results`` (1000) caps what
 Placement returns: the filters and weighers see the hosts of 1,000
 candidates, whatever the cloud's size; what grows with the cloud is
 Placement's query and Nova's reading of services.
@@ -635,8 +638,31 @@ class Bench:
         return times, refused
 
     def throughput(self, threads, burst, bursts):
+        """Requests per second of each burst, per configuration, and the
+        claims Nova made in them: ``(rates, claims)``, ``claims[name]`` =
+        ``[tried, refused by Placement, requests scheduled again]``.
+        """
+        from unittest import mock
+
+        from nova.scheduler import utils as scheduler_utils
         rates = collections.defaultdict(list)
+        claims = collections.defaultdict(lambda: [0, 0, 0])
         lock = threading.Lock()
+        real_claim = scheduler_utils.claim_resources
+        counting = []
+
+        def claim(*args, **kwargs):
+            # Nova's _schedule claims candidate 0 of each host it tries;
+            # a refusal is a claim lost to a concurrent request.
+            held = False
+            try:
+                held = real_claim(*args, **kwargs)
+                return held
+            finally:
+                with lock:
+                    tally = claims[counting[-1]]
+                    tally[0] += 1
+                    tally[1] += not held
         for b in range(bursts):
             order = CONFIGS[b % 3:] + CONFIGS[:b % 3]
             for name in order:
@@ -644,6 +670,9 @@ class Bench:
                 _apply(self.values[name])
                 manager = self.managers[name]
                 placed = []
+                counting.append(name)
+                retried = getattr(manager, 'claim_retries',
+                                  {}).get('retried', 0)
 
                 def one(item):
                     instance, spec = item
@@ -657,13 +686,17 @@ class Bench:
                     with lock:
                         placed.append(instance)
 
-                with concurrent.futures.ThreadPoolExecutor(threads) as pool:
+                with mock.patch.object(scheduler_utils, 'claim_resources',
+                                       claim), \
+                        concurrent.futures.ThreadPoolExecutor(threads) as pool:
                     start = time.perf_counter()
                     list(pool.map(one, specs))
                     elapsed = time.perf_counter() - start
                 rates[name].append(len(specs) / elapsed)
+                claims[name][2] += getattr(manager, 'claim_retries',
+                                           {}).get('retried', 0) - retried
                 self.unclaim([i for i, _s in specs])
-        return rates
+        return rates, claims
 
 
 def _start_cloud():
@@ -699,7 +732,8 @@ def run(quick=False, argv=None, out=sys.stdout):
                 bench.select(name, instance, spec)
                 bench.unclaim([instance])
             times, refused = bench.latency(args.requests)
-            rates = bench.throughput(args.threads, args.burst, args.bursts)
+            rates, claims = bench.throughput(args.threads, args.burst,
+                                             args.bursts)
         finally:
             case.doCleanups()
         stock_med = statistics.median(times['stock'])
@@ -708,15 +742,17 @@ def run(quick=False, argv=None, out=sys.stdout):
             med = statistics.median(times[name])
             p90 = _percentile(times[name], 0.9)
             rate = statistics.median(rates[name])
+            tried, lost, again = claims[name]
             rows.append((path, n, name, len(times[name]), refused[name],
                          med * 1e3, p90 * 1e3, med / stock_med,
-                         rate, rate / stock_rate))
+                         rate, rate / stock_rate,
+                         '%d / %d / %d' % (lost, tried, again)))
             if name != 'stock':
                 verdicts.append((path, n, name, med / stock_med,
                                  rate / stock_rate))
     header = ('path', 'hosts', 'scheduler', 'requests', 'NoValidHost',
               'median ms', 'p90 ms', 'x stock', 'req/s (%d threads)'
-              % args.threads, 'x stock ')
+              % args.threads, 'x stock ', 'claims lost / tried / again')
     out.write(tables.text(header, rows, float_format='%.2f') + '\n')
     ok = True
     for path, n, name, lat, thr in verdicts:
