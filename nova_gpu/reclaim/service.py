@@ -34,6 +34,7 @@ from nova_gpu.core import moves
 from nova_gpu import daemon
 from nova_gpu import listening
 from nova_gpu import owner_notice
+from nova_gpu.reclaim import events
 from nova_gpu.reclaim import executor as executor_mod
 from nova_gpu.reclaim import grammar as grammar_mod
 from nova_gpu.reclaim import listener as listener_mod
@@ -106,6 +107,8 @@ class ReclaimService:
         """Make room for a refused instance; the executor's EvictionResult, or
         None when nothing is done (spot or GPU-less flavor, no plan).
         """
+        LOG.info('Nova refused instance %s (flavor %s) with NoValidHost',
+                 refused.instance_uuid, refused.flavor_name)
         if self.is_spot(refused.extra_specs):
             LOG.info('Refused instance %s is spot itself: nothing evicted',
                      refused.instance_uuid)
@@ -212,6 +215,16 @@ class ReclaimService:
             self._transport, listener_mod.Endpoint(self.store, self.submit),
             self.conf)
         self._listener.start()
+        o = self.conf.gpu_reclaimer
+        # What it waits for, once: a reclaimer that never acts is then
+        # told from one that hears nothing (Nova's versioned notifications
+        # off, another exchange or topic).
+        LOG.info('Listening for GPU reports on topic %s (exchange %s) and '
+                 'Nova\'s %s on topic %s (exchange %s); evicting by %s '
+                 'after %d s%s', o.report_topic, o.report_exchange,
+                 events.BUILD_ERROR, o.nova_topic, o.nova_exchange,
+                 o.action, o.grace_period,
+                 ' (dry run: nothing done)' if o.dry_run else '')
         self._worker = threading.Thread(target=self._run,
                                         name='nova-gpu-reclaimer',
                                         daemon=True)
