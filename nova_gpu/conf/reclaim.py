@@ -46,6 +46,14 @@ opts = [
                help='Seconds to wait for an evicted server to give back its '
                     'GPU (shelved offloaded, or deleted) before the plan '
                     'counts as failed.'),
+    cfg.IntOpt('room_report_timeout', default=60, min=0,
+               help='Seconds the reclaimer waits, after evicting for a '
+                    'refused instance, for the host\'s next GPU report '
+                    'before it tells the owner (gpu.reclaim.room) to boot '
+                    'again: the schedulers place on what the agents '
+                    'report, so a boot before that report can be refused '
+                    'again. Past it the owner is told anyway (logged). '
+                    '0: tell at once.'),
     cfg.IntOpt('stale_after', default=180, min=1,
                help='Seconds after which a host\'s newest GPU report is too '
                     'old to plan with: its servers are not evicted. Keep it '

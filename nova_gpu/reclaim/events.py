@@ -2,7 +2,8 @@
 
 Nova's conductor sends it (priority ERROR, on the versioned notifications
 topic) when it cannot build an instance; for a capacity refusal the
-reason's ``exception`` is ``NoValidHost`` and the payload carries the
+reason's ``exception`` is ``NoValidHost`` (``NoValidHost_Remote`` where
+the scheduler is another process, as deployed) and the payload carries the
 request spec with the flavor and its extra specs::
 
     {"nova_object.name": "ComputeTaskPayload",
@@ -25,6 +26,12 @@ from nova_gpu.core import exceptions
 
 BUILD_ERROR = 'compute_task.build_instances.error'
 NO_VALID_HOST = 'NoValidHost'
+# oslo.messaging re-raises an exception from another service (here
+# nova-scheduler's, over RPC) as a class of that name plus this suffix
+# (oslo_messaging/_utils deserialize_remote_exception): in a deployment
+# the conductor's reason is "NoValidHost_Remote", in one process
+# "NoValidHost".
+REMOTE_SUFFIX = '_Remote'
 
 
 class EventError(exceptions.InvalidRequest):
@@ -70,7 +77,8 @@ def refused_request(payload):
     """
     data = _data(payload, 'payload')
     reason = _data(data.get('reason'), 'reason')
-    if reason.get('exception') != NO_VALID_HOST:
+    if reason.get('exception') not in (NO_VALID_HOST,
+                                       NO_VALID_HOST + REMOTE_SUFFIX):
         return None
     uuid = data.get('instance_uuid')
     if not isinstance(uuid, str) or not uuid:

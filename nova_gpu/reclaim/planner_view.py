@@ -77,6 +77,8 @@ class ReportStore:
         self.reset_after = reset_after
         self.clock = clock
         self._lock = threading.Lock()
+        # Signalled at every report kept (``wait_newer``).
+        self._kept = threading.Condition(self._lock)
         self._held = {}  # host -> _Held
 
     def ingest(self, data):
@@ -94,7 +96,29 @@ class ReportStore:
                 return False
             self._held[parsed.host.name] = _Held(
                 parsed.generation, parsed.boot_id, now, data)
+            self._kept.notify_all()
             return True
+
+    def version(self, host):
+        """``(boot_id, generation)`` of the report held for ``host``, or
+        None.
+        """
+        with self._lock:
+            return self._version(host)
+
+    def wait_newer(self, host, version, timeout):
+        """Wait until a report of ``host`` other than ``version`` (see
+        ``version``) is held: the agent reported a change. True if one
+        came within ``timeout`` seconds.
+        """
+        with self._kept:
+            return self._kept.wait_for(
+                lambda: self._version(host) not in (None, version),
+                timeout)
+
+    def _version(self, host):
+        held = self._held.get(host)
+        return None if held is None else (held.boot_id, held.generation)
 
     def fresh(self, stale_after):
         """{host: raw report} of the reports newer than ``stale_after`` s."""

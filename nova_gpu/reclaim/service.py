@@ -69,6 +69,7 @@ class ReclaimService:
         self.store = inventory.ReportStore(
             self.catalog, o.generation_reset_after, **kw)
         self.stale_after = o.stale_after
+        self.room_report_timeout = o.room_report_timeout
         self.dry_run = o.dry_run
         self.reclaimer = reclaimer_mod.Reclaimer(
             moves.MovePlanner(max_moves=o.max_evictions), action=o.action,
@@ -129,13 +130,26 @@ class ReclaimService:
                      '(flavor %s)', refused.instance_uuid,
                      refused.flavor_name)
             return None
+        host = decision.plans[0].host
+        before = self.store.version(host)
         outcome = self._carry_out(decision, inv, 'instance %s'
                                   % refused.instance_uuid)
         if outcome is not None and outcome.ok and self.notifier:
+            # The schedulers place on what the agents report: the owner is
+            # told once the host's agent has reported the room.
+            if self.room_report_timeout and not self.store.wait_newer(
+                    host, before, self.room_report_timeout):
+                LOG.warning('No GPU report of %s within %d s of evicting '
+                            'for instance %s: telling its owner anyway; '
+                            'a boot may be refused until that host '
+                            'reports', host, self.room_report_timeout,
+                            refused.instance_uuid)
             self.notifier.send(notification.RoomPayload(
                 refused.instance_uuid, list(outcome.evicted),
-                refused.project_id, refused.user_id,
-                decision.plans[0].host))
+                refused.project_id, refused.user_id, host))
+            LOG.info('Room made on %s for instance %s: its owner told '
+                     '(%s)', host, refused.instance_uuid,
+                     notification.ROOM_EVENT)
         return outcome
 
     def headroom_request(self):

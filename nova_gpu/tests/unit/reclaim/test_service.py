@@ -1,5 +1,9 @@
 """nova-gpu-reclaimer's service logic, on a fake compute API."""
 
+import threading
+import time
+
+import fixtures
 from oslo_config import cfg
 from oslo_config import fixture as config_fixture
 import testtools
@@ -33,7 +37,9 @@ class ServiceTestBase(testtools.TestCase):
     def setUp(self):
         super().setUp()
         self.conf = self.useFixture(config_fixture.Config(CONF))
-        self.conf.config(grace_period=0, group='gpu_reclaimer')
+        # The room is told at once unless a test says otherwise.
+        self.conf.config(grace_period=0, room_report_timeout=0,
+                         group='gpu_reclaimer')
         self.clock = Clock()
         # h0: GPU 0 on-demand "od0", GPU 1 spot "spot0";
         # h1: GPU 0 spot "spot1", GPU 1 on-demand "od1".
@@ -83,6 +89,44 @@ class RefusalTest(ServiceTestBase):
         self.assertEqual('p2', room['nova_object.data']['project_id'])
         for od in ('od0', 'od1'):
             self.assertEqual('ACTIVE', self.compute.server(od).status)
+
+    def test_room_told_after_the_hosts_next_report(self):
+        # The schedulers place on the agents' reports: the owner of the
+        # refused instance is told to boot again once the host's agent
+        # reported the eviction, not before (seen in devstack: a boot
+        # right after the eviction was refused again).
+        svc = self.service(action='delete', room_report_timeout=30)
+        events_at_report = []
+
+        def agent_reports():
+            time.sleep(0.3)
+            events_at_report.extend(self.sent.events())
+            for host in ('h0', 'h1'):
+                svc.store.ingest(fakes.report(host, used=(0,),
+                                              generation=2))
+
+        reporter = threading.Thread(target=agent_reports)
+        reporter.start()
+        start = time.monotonic()
+        outcome = svc.handle_refusal(self.refused())
+        reporter.join()
+        self.assertTrue(outcome.ok, outcome.failed)
+        self.assertLess(time.monotonic() - start, 10)
+        # Evicted before the report, the room told after it.
+        self.assertNotIn(notification.ROOM_EVENT,
+                         [e for e, _ in events_at_report])
+        self.assertEqual(notification.ROOM_EVENT, self.sent.events()[-1][0])
+
+    def test_room_told_anyway_without_a_report(self):
+        svc = self.service(action='delete', room_report_timeout=1)
+        logged = self.useFixture(fixtures.FakeLogger(
+            name='nova_gpu.reclaim.service'))
+        start = time.monotonic()
+        outcome = svc.handle_refusal(self.refused())
+        self.assertTrue(outcome.ok, outcome.failed)
+        self.assertGreaterEqual(time.monotonic() - start, 1)
+        self.assertEqual(notification.ROOM_EVENT, self.sent.events()[-1][0])
+        self.assertIn('No GPU report of', logged.output)
 
     def test_delete_action(self):
         outcome = self.service(action='delete').handle_refusal(
@@ -270,9 +314,19 @@ class EventsTest(testtools.TestCase):
                           refused.vcpus, refused.memory_mb))
         self.assertEqual(fakes.ON_DEMAND, refused.extra_specs)
 
+    def test_no_valid_host_from_the_scheduler_service(self):
+        # Where nova-scheduler is another process (every deployment), the
+        # conductor's exception is oslo.messaging's remote class
+        # (seen in devstack: "NoValidHost_Remote").
+        refused = events.refused_request(fakes.build_error(
+            'i1', fakes.ON_DEMAND, exception='NoValidHost_Remote'))
+        self.assertEqual('i1', refused.instance_uuid)
+
     def test_other_failures_are_not_refusals(self):
-        self.assertIsNone(events.refused_request(fakes.build_error(
-            'i1', fakes.ON_DEMAND, exception='MaxRetriesExceeded')))
+        for exception in ('MaxRetriesExceeded', 'MaxRetriesExceeded_Remote',
+                          'NoValidHostX', '_Remote'):
+            self.assertIsNone(events.refused_request(fakes.build_error(
+                'i1', fakes.ON_DEMAND, exception=exception)), exception)
 
     def test_malformed_payload_named(self):
         payload = fakes.build_error('i1', fakes.ON_DEMAND)
