@@ -277,6 +277,34 @@ function start_nova_gpu_agent {
     # credentials from it, its own options from the second file.
     run_process nova-gpu-agent "$(get_python_exec_prefix)/nova-gpu-agent \
 --config-file ${NOVA_CPU_CONF:-$NOVA_CONF} --config-file $NOVA_GPU_AGENT_CONF"
+    if is_service_enabled n-cpu; then
+        _nova_gpu_provider_config_to_compute \
+            "$(iniget "$NOVA_GPU_AGENT_CONF" gpu_agent provider_config_file)" n-cpu
+    fi
+}
+
+# _nova_gpu_provider_config_to_compute <file> <service>: nova-compute reads
+# provider configs only when it starts (ResourceTracker.__init__), and
+# devstack started it before the agent wrote its file (GPU set traits, the
+# quota inventory of NOVA_GPU_QUOTA_INVENTORY): wait for the agent's first
+# file (NOVA_GPU_AGENT_READY_TIMEOUT) and restart that nova-compute once,
+# as an operator does after the agent says the file changed. A file that
+# names no provider (a host without GPUs) needs no restart.
+function _nova_gpu_provider_config_to_compute {
+    local file=$1 service=$2 deadline
+    [[ -n "$file" ]] || return 0
+    deadline=$(( SECONDS + NOVA_GPU_AGENT_READY_TIMEOUT ))
+    until [[ -s "$file" ]]; do
+        if (( SECONDS >= deadline )); then
+            warn $LINENO "nova-gpu: no provider config $file from the agent after ${NOVA_GPU_AGENT_READY_TIMEOUT} s; $service keeps running without it"
+            return 0
+        fi
+        sleep 2
+    done
+    if grep -q "identification:" "$file"; then
+        echo "nova-gpu: $file written by the agent: restarting $service so that it reads it"
+        sudo systemctl restart "devstack@$service.service"
+    fi
 }
 
 # create_nova_gpu_flavors: one flavor per NOVA_GPU_FLAVORS entry,
@@ -405,6 +433,11 @@ function wait_for_nova_gpu_fake_hosts {
             fi
             sleep 2
         done
+    done
+    for path in $NOVA_GPU_FAKE_PATHS; do
+        _nova_gpu_provider_config_to_compute \
+            "$NOVA_GPU_FAKE_DIR/$path/provider_config/nova-gpu.yaml" \
+            "n-gpu-fake-$path"
     done
 }
 

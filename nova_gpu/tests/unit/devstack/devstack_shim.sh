@@ -195,6 +195,11 @@ function sudo {
     fi
 }
 
+function warn {
+    shift
+    _shim_record "warn $*"
+}
+
 function die {
     local line=$1
     shift

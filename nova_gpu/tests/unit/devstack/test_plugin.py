@@ -93,6 +93,8 @@ class DevstackPluginTest(testtools.TestCase):
             'STACK_USER': 'stack',
             'ENABLED_SERVICES': 'key,n-api,n-cond,n-sch,n-cpu,placement-api',
             'SHIM_LOG': self.log,
+            # No agent runs here: its provider config is not waited for.
+            'NOVA_GPU_AGENT_READY_TIMEOUT': '0',
         }
         environ.update(env or {})
         proc = subprocess.run(['bash', '-c', '\n'.join(lines)], env=environ,
@@ -500,6 +502,35 @@ class DevstackPluginTest(testtools.TestCase):
                           'nova-gpu.yaml')], agent['provider_config_file'])
         # The real host's agent file is left as it was.
         self.assertNotIn('sysfs_root', parse_ini(self.agent_conf)['gpu_agent'])
+
+    def test_fake_computes_restarted_for_their_agents_files(self):
+        # nova-compute reads provider configs only when it starts: each
+        # fake host's nova-compute is restarted once its agent wrote one
+        # naming providers (set traits, quota inventory), after every
+        # fake host registered.
+        env = self.fake_env()
+        fake_dir = os.path.join(self.tmp, 'data', 'nova-gpu', 'fake')
+        for path, text in (('pf-mdev', 'providers:\n- identification:\n'
+                                       '    name: ds-pf-mdev\n'),):
+            os.makedirs(os.path.join(fake_dir, path, 'provider_config'))
+            with open(os.path.join(fake_dir, path, 'provider_config',
+                                   'nova-gpu.yaml'), 'w') as f:
+                f.write(text)
+        self.run_phases('stack post-config', 'stack extra', env=env)
+        calls = self.calls()
+        restarts = [i for i, c in enumerate(calls)
+                    if c.startswith('sudo systemctl restart devstack@n-gpu')]
+        self.assertEqual(
+            ['sudo systemctl restart devstack@n-gpu-fake-pf-mdev.service'],
+            [calls[i] for i in restarts])
+        waits = [i for i, c in enumerate(calls)
+                 if 'compute service list --host ds-' in c]
+        self.assertLess(max(waits), min(restarts))
+        # No file from vendor-vfio's agent within the timeout: said, not
+        # fatal.
+        self.assertEqual(1, len([c for c in calls if c.startswith(
+            'warn nova-gpu: no provider config') and 'vendor-vfio' in c]),
+            calls)
 
     def test_fake_hardware_starts_units_then_waits_for_them(self):
         env = self.fake_env()
