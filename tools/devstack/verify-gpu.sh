@@ -181,6 +181,18 @@ if wait_until 240 left; then
     pass "nova-gpu-reclaimer evicted spot server $evicted $(( SECONDS - start )) s after the refusal"
     journalctl -u devstack@nova-gpu-reclaimer --since "$since" --no-pager -o cat |
         grep -i -m5 "evict\|reclaim\|room" || true
+    # The owner boots again when told there is room (gpu.reclaim.room,
+    # sent once the host's agent reported the eviction).
+    # shellcheck disable=SC2317  # called through wait_until
+    room_told() {
+        journalctl -u devstack@nova-gpu-reclaimer --since "$since" --no-pager -o cat |
+            grep -q "Room made on .* for instance $id"
+    }
+    if wait_until 120 room_told; then
+        pass "nova-gpu-reclaimer told the owner of $id there is room ($(( SECONDS - start )) s after the refusal)"
+    else
+        fail "nova-gpu-reclaimer did not tell the owner of $id there is room"
+    fi
     os_user server delete --wait devstack-check-ondemand >/dev/null 2>&1 || true
     start=$SECONDS
     if id=$(boot devstack-check-ondemand devstack-check-pf-mdev); then

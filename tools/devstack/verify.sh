@@ -127,10 +127,18 @@ if [[ -n "$server_id" ]]; then
     host=$(os_admin server show "$server_id" -f value -c OS-EXT-SRV-ATTR:hypervisor_hostname || true)
     domain=$(os_admin server show "$server_id" -f value -c OS-EXT-SRV-ATTR:instance_name || true)
     echo "server $server_id on $host, libvirt domain $domain"
-    if [[ -n "$domain" ]] && sudo virsh domstate "$domain" 2>/dev/null | grep -q running; then
-        pass "libvirt domain $domain running ($(sudo virsh dumpxml "$domain" | grep -o -m1 "<domain type='[a-z]*'"))"
+    # Asked again for a while: on a loaded machine virsh can time out
+    # (run 5: "not running" for a domain nova-compute had just started).
+    # shellcheck disable=SC2317  # called through wait_until
+    domain_running() {
+        # shellcheck disable=SC2024  # the stack user's file
+        sudo virsh -c qemu:///system domstate "$domain" >/tmp/domstate.out 2>&1 &&
+            grep -q running /tmp/domstate.out
+    }
+    if [[ -n "$domain" ]] && wait_until 30 domain_running; then
+        pass "libvirt domain $domain running ($(sudo virsh -c qemu:///system dumpxml "$domain" | grep -o -m1 "<domain type='[a-z]*'"))"
     else
-        fail "libvirt domain '$domain' not running"
+        fail "libvirt domain '$domain' not running (virsh domstate: $(cat /tmp/domstate.out 2>/dev/null))"
     fi
     if os_admin resource provider allocation show "$server_id" -f value >/tmp/$NAME.alloc 2>&1; then
         pass "Placement allocation: $(tr '\n' ' ' < /tmp/$NAME.alloc)"
