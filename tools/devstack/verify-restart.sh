@@ -6,7 +6,10 @@
 # user boots a server of the vf-mdev flavor and the unit is restarted while
 # it builds. Then:
 #   - the server reaches ACTIVE (or, where its own compute restarted, the
-#     ERROR Nova gives a build its compute dropped), never stays in BUILD;
+#     ERROR Nova gives a build its compute dropped), never stays in BUILD
+#     (except Nova's own end of a build whose call to the restarted
+#     conductor was lost: BUILD with no task, the compute having reverted
+#     it; noted, not failed);
 #   - no report is lost: a report of the host the agent took after the
 #     restart reaches nova-gpu-scheduler (its journal), and the scheduler
 #     dropped none;
@@ -98,7 +101,19 @@ for unit in "${UNITS[@]}"; do
         [[ $status == ACTIVE || $status == ERROR ]]
     }
     if ! wait_until 300 settled; then
-        fail "$unit: server $id still $status 300 s after the restart"
+        task=$(os_admin server show "$id" -f value -c OS-EXT-STS:task_state 2>/dev/null || true)
+        reverted=$(journalctl -u "devstack@n-gpu-fake-$PATH_UNDER_TEST" --since "@$restart_epoch" \
+            --no-pager -o cat | grep -m1 "instance: $id\] Successfully reverted task state" || true)
+        if [[ $unit == devstack@n-cond-cell1 && $task == None && -n $reverted ]]; then
+            # Nova's own end, not the plugin's: the compute's call to the
+            # conductor was lost in its restart; after rpc_response_timeout
+            # the compute reverted the task state, and Nova leaves the
+            # server in BUILD. What must hold (no allocation, no device
+            # left) is checked below.
+            echo "NOTE $unit: server $id stays BUILD with no task: Nova's end for a build whose call to the restarted conductor was lost (the compute: '${reverted:0:120}')"
+        else
+            fail "$unit: server $id still $status (task $task) 300 s after the restart"
+        fi
     elif [[ $status == ACTIVE ]]; then
         pass "$unit: server $id ACTIVE $(( SECONDS - start )) s after its create, through the restart"
     elif [[ $unit == "devstack@n-gpu-fake-$PATH_UNDER_TEST" ]]; then
