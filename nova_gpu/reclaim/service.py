@@ -77,9 +77,7 @@ class ReclaimService:
         self._transport = transport
         self._owns_transport = False
         if notifier is None and transport is not None:
-            notifier = notification.Notifier(
-                owner_notice.messaging_notifier(
-                    transport, notification.PUBLISHER, o.report_topic))
+            notifier = self._messaging_notifier(transport)
         self.notifier = notifier
         self._stop = threading.Event()
         self.executor = executor_mod.Executor(
@@ -221,10 +219,22 @@ class ReclaimService:
                 LOG.exception('Reclaim failed; the next trigger plans '
                               'afresh')
 
+    def _messaging_notifier(self, transport):
+        return notification.Notifier(owner_notice.messaging_notifier(
+            transport, notification.PUBLISHER,
+            self.conf.gpu_reclaimer.report_topic))
+
     def start(self):
         if self._transport is None:
             self._transport = listening.transport(self.conf)
             self._owns_transport = True
+        if self.notifier is None:
+            # The service as nova-gpu-reclaimer runs it (``main``): its
+            # notices (gpu.reclaim.notice, .evicted, .room) go out on the
+            # transport it listens on. Without this, none was sent
+            # (found in devstack: the owner was never told of the room).
+            self.notifier = self._messaging_notifier(self._transport)
+            self.executor.notifier = self.notifier
         self._listener = listener_mod.listener(
             self._transport, listener_mod.Endpoint(self.store, self.submit),
             self.conf)

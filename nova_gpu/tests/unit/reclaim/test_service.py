@@ -428,6 +428,37 @@ class LifecycleTest(ServiceTestBase):
         self.assertEqual(set(), {t for t in threading.enumerate()
                                  if t not in before and t.is_alive()})
 
+    def test_started_as_main_builds_it_sends_its_notices(self):
+        # main() gives neither transport nor notifier: start() makes the
+        # transport, and the notices must go out on it (they did not:
+        # found in devstack, where no owner was told of the room).
+        import oslo_messaging as messaging
+        transport = messaging.get_notification_transport(CONF,
+                                                         url='fake:/')
+        self.addCleanup(transport.cleanup)
+        self.useFixture(fixtures.MonkeyPatch(
+            'nova_gpu.listening.transport', lambda _conf: transport))
+        svc = service_mod.ReclaimService(CONF, self.compute,
+                                         catalog=fakes.CATALOG,
+                                         clock=self.clock)
+        self.assertIsNone(svc.notifier)
+        sent = []
+        self.useFixture(fixtures.MonkeyPatch(
+            'oslo_messaging.Notifier.info',
+            lambda notifier, ctxt, event, payload: sent.append(event)))
+        svc.start()
+        try:
+            svc.executor.poll_s = 0
+            svc.store.ingest(fakes.report('h0', used=(0, 1)))
+            svc.store.ingest(fakes.report('h1', used=(0, 1)))
+            outcome = svc.handle_refusal(self.refused())
+        finally:
+            svc.stop()
+        self.assertTrue(outcome.ok, outcome.failed)
+        self.assertEqual([notification.NOTICE_EVENT,
+                          notification.EVICTED_EVENT,
+                          notification.ROOM_EVENT], sent)
+
     def test_headroom_floor_needs_the_flavor(self):
         self.assertIsNone(service_mod.conf_problem(CONF))
         self.conf.config(headroom_floor=1, group='gpu_reclaimer')
