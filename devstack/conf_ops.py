@@ -10,10 +10,12 @@ one edit per line for devstack's ini functions, fields separated by tabs:
   nothing);
 * a list option (``enabled_filters``, ``weight_classes``: one line of
   comma-separated items) is a ``set`` of the target's items that no
-  nova-gpu file names, or that the source names too, in their order, then
-  the source's items not there yet: devstack's own filters stay, and a
-  file that replaces nova-gpu's classes (nova-scheduler-large-cloud.conf)
-  replaces them.
+  nova-gpu file names, or that the source names too, in their order, with
+  the source's items not there yet each put before the first item the
+  source names after it (else last): devstack's own filters stay,
+  GpuCandidateCutFilter lands before Nova's PCI filters and GpuFilter
+  last, and a file that replaces nova-gpu's classes
+  (nova-scheduler-large-cloud.conf) replaces them.
 
 Parsing is oslo.config's, as the services read the files.
 
@@ -70,7 +72,14 @@ def edits(source, target, etc_dir):
             wanted = _items(values[-1:])
             kept = [i for i in _items(have.get(key, [])[-1:])
                     if i in wanted or i not in ours.get(key, ())]
-            kept += [i for i in wanted if i not in kept]
+            for n, item in enumerate(wanted):
+                if item in kept:
+                    continue
+                # Before the first item the source puts after it that is
+                # there already (a filter before Nova's PCI filters), else
+                # last.
+                after = [kept.index(i) for i in wanted[n + 1:] if i in kept]
+                kept.insert(min(after) if after else len(kept), item)
             if have.get(key, [None])[-1:] != [','.join(kept)]:
                 result.append(('set', section, option, ','.join(kept)))
         elif have.get(key, [None])[-1:] != values[-1:]:

@@ -428,8 +428,11 @@ def fuzz_quota_names(tally, rng, count):
             tally.quota_bad += 1
             tally.fail('quota names crashed', 'model', name, repr(e))
             continue
-        words = shlex.split(command)
-        if not _RESOURCE_CLASS.fullmatch(rc) or words[-1] != 'class:' + rc \
+        try:
+            words = shlex.split(command)
+        except ValueError:  # an unbalanced quote: a broken command
+            words = []
+        if not _RESOURCE_CLASS.fullmatch(rc) or words[-1:] != ['class:' + rc] \
                 or (region and region not in words):
             tally.quota_bad += 1
             tally.fail('bad quota class or command', 'model', name,

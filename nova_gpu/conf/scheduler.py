@@ -116,6 +116,19 @@ opts = [
                     'none of whose candidates can serve the request is '
                     'refused with its reason, and the weighers weigh each '
                     'host by the best GPU set Placement offered it.'),
+    cfg.IntOpt('pci_candidates_per_host', default=3, min=0,
+               help='How many allocation candidates of each host '
+                    'GpuCandidateCutFilter keeps for a request with PCI '
+                    'devices (whole GPUs, vendor-VFIO vGPUs), before Nova\'s '
+                    'NUMATopologyFilter and PciPassthroughFilter check each '
+                    'candidate (milliseconds each): the best ones in '
+                    'GpuFilter\'s order, every candidate as good as the best '
+                    'included. Nova claims candidate 0 of a host, so '
+                    'placements stay the same whenever one of those passes '
+                    'Nova\'s PCI check, that is whenever nova-compute\'s PCI '
+                    'tracker agrees with Placement. 0: keep every '
+                    'candidate. Multi-create requests keep every '
+                    'candidate. See doc/source/scheduler.rst.'),
     cfg.IntOpt('pending_claim_ttl', default=300, min=1,
                help='Seconds a GPU placement the scheduler just chose is '
                     'counted in its view before the host\'s next report '

@@ -429,7 +429,7 @@ def _stamp(host_state, settled):
         return None
 
 
-def _cells(host_state, spec):
+def numa_cells(host_state, spec):
     """NUMA cell usage from Nova's HostState, when affinity matters:
     ``((id, cpu_milli, cpu_used, memory_mib, memory_used), ...)``.
     """

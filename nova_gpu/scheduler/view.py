@@ -259,6 +259,40 @@ class GpuView:
         return self._ordered(request, num_instances, entry, ranking,
                              candidates, full)
 
+    def cut(self, request, nodename, cells, candidates, keep):
+        """The indices, in Placement's order, of the candidates of host
+        ``nodename`` that ``decide`` could put first: its best ``keep`` in
+        its order, and every one as good as the best (a request draws
+        among those); None to keep them all (``GpuCandidateCutFilter``).
+
+        Asks nothing ``decide`` does not, changes nothing: no claim is
+        counted, no draw made, no host matched. None where ``decide`` would
+        refuse the host (its reason is GpuFilter's to give) or where fewer
+        would be kept than offered anyway.
+        """
+        spec = request.spec
+        if spec.problem or len(candidates) <= keep:
+            return None
+        entry = self._entries.get(nodename)
+        if entry is None or not entry.matched or entry.pending:
+            # Not known yet, or claims of this scheduler to count first:
+            # decide's to handle.
+            return None
+        ranking = self.ranking(entry, spec, cells, request.token,
+                               request.rankings)
+        if not ranking.items:
+            return None
+        offered = hosts_mod.candidates_key(candidates)
+        gpu_sets = nic_pairs.paired(entry, spec, candidates, entry.gpu_sets(
+            candidates, request.classes, offered))
+        order, _best, ties = ranking_mod.order(
+            ranking, gpu_sets,
+            lambda gpus: self.evaluate(entry, spec, ranking, gpus))
+        kept = order[:max(keep, len(ties))]
+        if not kept or len(kept) == len(candidates):
+            return None
+        return sorted(kept)
+
     def _ordered(self, request, num_instances, entry, ranking, candidates,
                  full):
         """The HostDecision on ``entry`` given its ``ranking`` and Placement's

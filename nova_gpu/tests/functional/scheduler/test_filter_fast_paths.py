@@ -94,13 +94,13 @@ class CellsTest(base.TestCase):
             numa_affinity='prefer')])
         self.assertEqual(((0, 8000, 2000, 65536, 0),
                           (1, 8000, 0, 65536, 1)),
-                         filters._cells(state, spec))
+                         filters.numa_cells(state, spec))
         # Nova replaces the object when the usage changes.
         state.numa_topology = _topology(pinned={0, 1, 2})
         self.assertEqual((0, 8000, 3000, 65536, 0),
-                         filters._cells(state, spec)[0])
+                         filters.numa_cells(state, spec)[0])
         spec.alternatives[0].numa_affinity = 'none'
-        self.assertIsNone(filters._cells(state, spec))
+        self.assertIsNone(filters.numa_cells(state, spec))
 
 
 class CellsOfOneUpdateTest(base.TestCase):

@@ -118,15 +118,18 @@ class DevstackPluginTest(testtools.TestCase):
         conf = parse_ini(self.nova_conf)
         sched = conf['filter_scheduler']
         # Nova's own filters stay available; ours is added to them.
-        self.assertEqual(['nova.scheduler.filters.all_filters',
-                          'nova_gpu.scheduler.filters.GpuFilter'],
-                         sched['available_filters'])
-        # devstack's own filters stay; the file's are added, GpuFilter last.
+        self.assertEqual(
+            ['nova.scheduler.filters.all_filters',
+             'nova_gpu.scheduler.filters.GpuFilter',
+             'nova_gpu.scheduler.candidate_cut.GpuCandidateCutFilter'],
+            sched['available_filters'])
+        # devstack's own filters stay; the file's are added, the cut before
+        # Nova's PCI filters, GpuFilter last.
         self.assertEqual(
             'ComputeFilter,ComputeCapabilitiesFilter,ImagePropertiesFilter,'
             'ServerGroupAntiAffinityFilter,ServerGroupAffinityFilter,'
-            'SameHostFilter,DifferentHostFilter,NUMATopologyFilter,'
-            'PciPassthroughFilter,GpuFilter',
+            'SameHostFilter,DifferentHostFilter,GpuCandidateCutFilter,'
+            'NUMATopologyFilter,PciPassthroughFilter,GpuFilter',
             sched['enabled_filters'][0])
         # Whole GPUs and vendor-VFIO vGPUs: PCI in Placement, by alias.
         self.assertEqual(['True'], sched['pci_in_placement'])
@@ -170,7 +173,8 @@ class DevstackPluginTest(testtools.TestCase):
         self.assertEqual(
             'ComputeFilter,ComputeCapabilitiesFilter,ImagePropertiesFilter,'
             'ServerGroupAntiAffinityFilter,ServerGroupAffinityFilter,'
-            'NUMATopologyFilter,PciPassthroughFilter,GpuFilter',
+            'GpuCandidateCutFilter,NUMATopologyFilter,PciPassthroughFilter,'
+            'GpuFilter',
             sched['enabled_filters'][0])
 
     def test_nova_conf_holds_every_setting_of_the_files(self):
