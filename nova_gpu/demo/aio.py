@@ -98,6 +98,9 @@ class DemoRun:
     # one server of each path
     hostdevs: tuple = ()
     seconds: float = 0.0
+    # {GPU quota class: usage} of the demo project in Placement: what
+    # Nova's unified limits would count (doc/source/quotas.rst)
+    quota_usage: dict = dataclasses.field(default_factory=dict)
 
     @property
     def booted(self):
@@ -186,12 +189,12 @@ def run(stock=False, progress=None, agents=False):
         scenario.HOSTS, nova_conf=nova_conf(stock),
         mixins=((agent_process.AgentReportsMixin,) if agents and not stock
                 else ()),
-        scheduler_files=() if stock else None)
+        scheduler_files=() if stock else None, gpu_quota=not stock)
     try:
         limit_candidates(cloud)
         conn = connect(cloud)
         _create_aggregates(conn)
-        flavor_ids = _create_flavors(conn, sets=not stock)
+        flavor_ids = _create_flavors(conn, sets=not stock, quota=not stock)
         servers = []
         for name, flavor_name in scenario.requests():
             result = _boot(cloud, conn, name, flavor_name,
@@ -201,6 +204,7 @@ def run(stock=False, progress=None, agents=False):
                 progress(result)
         hostdevs = _hostdevs(cloud, servers)
         hosts = _host_use(cloud)
+        quota_usage = _quota_usage(cloud)
     finally:
         # Nova logs every thread pool it stops at INFO; not worth showing.
         logging.disable(logging.INFO)
@@ -209,7 +213,7 @@ def run(stock=False, progress=None, agents=False):
         finally:
             logging.disable(logging.NOTSET)
     return DemoRun('stock Nova' if stock else 'nova-gpu', servers, hosts,
-                   hostdevs, time.monotonic() - start)
+                   hostdevs, time.monotonic() - start, quota_usage)
 
 
 def _create_aggregates(conn):
@@ -225,7 +229,8 @@ def _create_aggregates(conn):
                 conn.compute.add_host_to_aggregate(agg, host.name)
 
 
-def _create_flavors(conn, sets=True):
+def _create_flavors(conn, sets=True, quota=False):
+    from nova_gpu.core import quota as quota_mod
     from nova_gpu.scheduler import gpu_spec as flavor_mod
     ids = {}
     for f in scenario.FLAVORS:
@@ -233,6 +238,11 @@ def _create_flavors(conn, sets=True):
         parsed = flavor_mod.parse(specs, vcpus=f.vcpus, memory_mb=f.ram_mb)
         # Stock Nova has no agent keeping the set traits: plain groups.
         specs.update(flavor_mod.placement_extra_specs(parsed, sets=sets))
+        if quota:
+            # What ``openstack gpu flavor keys --quota`` adds: the classes
+            # Nova's unified limits count per model and GPU memory.
+            specs.update(quota_mod.extra_specs(
+                parsed, flavor_mod.default_catalog()))
         specs['aggregate_instance_extra_specs:%s'
               % scenario.AGGREGATE_KEY] = scenario.model_of(f)
         created = conn.compute.create_flavor(name=f.name, ram=f.ram_mb,
@@ -284,6 +294,16 @@ def _boot(cloud, conn, name, flavor_name, flavor_id):
     result.nvlinked = all(frozenset((a, b)) in links
                           for a in indices for b in indices if a < b)
     return result
+
+
+def _quota_usage(cloud):
+    """{GPU quota class: usage} of the demo project in Placement."""
+    from nova_gpu.core import quota as quota_mod
+    usages = cloud.placement.get(
+        '/usages?project_id=%s' % cloud.api.project_id,
+        version='1.9').body['usages']
+    return {rc: n for rc, n in sorted(usages.items())
+            if rc.startswith(quota_mod.PREFIX) and n}
 
 
 def _device(dev):
@@ -410,6 +430,13 @@ def print_outcome(outcome, out):
     out(render.allocation(outcome.hosts, 'GPU allocation with %s'
                           % outcome.policy))
     out('')
+    if outcome.quota_usage:
+        out(render.table(
+            ('resource class', 'demo project uses'),
+            sorted(outcome.quota_usage.items()),
+            'GPU quota classes in Placement (what Nova\'s unified limits '
+            'cap per project; limits: openstack gpu quota limits)'))
+        out('')
 
 
 def main(argv=None):

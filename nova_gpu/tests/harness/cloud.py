@@ -1417,7 +1417,8 @@ class GpuCloudTestCase(test_vgpu.VGPUTestBase):
         return tuple(decision.ranked.gpus)
 
 
-def start_cloud(hosts, nova_conf=None, mixins=(), scheduler_files=None):
+def start_cloud(hosts, nova_conf=None, mixins=(), scheduler_files=None,
+                gpu_quota=False):
     """Start the cloud outside a test runner; call ``.doCleanups()`` to stop.
 
     Returns the running GpuCloudTestCase: use ``create_gpu_flavor``,
@@ -1428,8 +1429,10 @@ def start_cloud(hosts, nova_conf=None, mixins=(), scheduler_files=None):
     reported by the harness) instead of ``sync_gpu_reports``. The caller
     imports them: agent_process builds on this module, not the reverse.
     ``scheduler_files``: nova-scheduler's files (``()``: stock Nova).
+    ``gpu_quota``: the hosts offer the GPU quota classes (``GPU_QUOTA``).
     """
-    attrs = {'HOSTS': tuple(hosts), 'runTest': lambda self: None}
+    attrs = {'HOSTS': tuple(hosts), 'runTest': lambda self: None,
+             'GPU_QUOTA': gpu_quota}
     if nova_conf is not None:
         attrs['NOVA_CONF'] = nova_conf
     if scheduler_files is not None:

@@ -45,6 +45,22 @@ class DemoTest(testtools.TestCase):
         self.assertTrue(any(len(s.numa) > 1 for s in stock.servers
                             if s.flavor == 'h100.40c.x4'))
 
+        # GPU quota classes (what Nova's unified limits cap): the demo
+        # project's whole GPUs and vGPUs per model as Placement counts
+        # them, equal to the devices its servers got; none with stock.
+        counted = collections.Counter()
+        for server in ours.booted:
+            model = scenario.model_of(scenario.flavors_by_name()[
+                server.flavor]).upper().replace('-', '_')
+            for device in server.devices:
+                counted['CUSTOM_GPU_QUOTA_%s_%s' % (
+                    model, 'WHOLE' if device == 'whole GPU' else 'VGPU')] += 1
+        self.assertEqual(dict(counted), {
+            rc: n for rc, n in ours.quota_usage.items()
+            if rc != 'CUSTOM_GPU_QUOTA_MEMORY_MB'})
+        self.assertGreater(ours.quota_usage['CUSTOM_GPU_QUOTA_MEMORY_MB'], 0)
+        self.assertEqual({}, stock.quota_usage)
+
         # What the demo prints.
         table = render.placements(ours.servers, 'ours')
         for server in ours.servers:
