@@ -8,8 +8,9 @@ such a request costs (doc/source/benchmarks.rst). Nova then claims only
 candidate 0 of a host, the one GpuFilter (last) puts first. This filter,
 placed before those two, keeps on each host only the candidates GpuFilter
 could put first: its best ``[gpu_scheduler] pci_candidates_per_host`` in
-its own order, with every candidate as good as the best (a request draws
-among those), and drops nothing else::
+its own order (where more are as good as the best, that many of those,
+from where the request's draw falls: GpuFilter then draws among them as
+uniformly as among all), and drops nothing else::
 
     enabled_filters = ...,GpuCandidateCutFilter,NUMATopologyFilter,
                       PciPassthroughFilter,GpuFilter

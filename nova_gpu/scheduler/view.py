@@ -262,8 +262,10 @@ class GpuView:
     def cut(self, request, nodename, cells, candidates, keep):
         """The indices, in Placement's order, of the candidates of host
         ``nodename`` that ``decide`` could put first: its best ``keep`` in
-        its order, and every one as good as the best (a request draws
-        among those); None to keep them all (``GpuCandidateCutFilter``).
+        its order; where more than ``keep`` are as good as the best (a
+        request draws among those), ``keep`` of them from where this
+        request's draw falls. None to keep them all
+        (``GpuCandidateCutFilter``).
 
         Asks nothing ``decide`` does not, changes nothing: no claim is
         counted, no draw made, no host matched. None where ``decide`` would
@@ -288,7 +290,16 @@ class GpuView:
         order, _best, ties = ranking_mod.order(
             ranking, gpu_sets,
             lambda gpus: self.evaluate(entry, spec, ranking, gpus))
-        kept = order[:max(keep, len(ties))]
+        if len(ties) > keep:
+            # Equally good ones, more than kept: ``keep`` of them in a row
+            # from where this request's draw falls (``core.engine.
+            # tie_break``, the rule decide's draw follows), so that
+            # GpuFilter's draw among those is as uniform over all of them
+            # as it was, and concurrent requests still spread.
+            start = engine_mod.tie_break(len(ties), self.draw())
+            kept = [order[(start + k) % len(ties)] for k in range(keep)]
+        else:
+            kept = order[:keep]
         if not kept or len(kept) == len(candidates):
             return None
         return sorted(kept)
