@@ -26,6 +26,13 @@ class TestPlan(unittest.TestCase):
                          bench.plan(args))
         self.assertEqual(3, args.requests)
 
+    def test_configs_always_with_stock(self):
+        self.assertEqual(bench.CONFIGS, bench.parse_args([]).configs)
+        self.assertEqual(('stock', 'plugin'), bench.parse_args(
+            ['--configs', 'plugin']).configs)
+        with self.assertRaises(SystemExit):
+            bench.parse_args(['--configs', 'plugin,large'])
+
     def test_unknown_path_refused(self):
         with self.assertRaises(SystemExit):
             bench.parse_args(['--paths', 'pci-pools'])
