@@ -146,7 +146,14 @@ def build(reports, servers, catalog, is_spot):
         hosts[parsed.host.name] = parsed.host
         for p in parsed.providers:
             providers[p.name] = (parsed.host.name, p)
-    planned, info, skipped, freed = [], {}, {}, []
+    planned, info, skipped, freed, lagging = [], {}, {}, [], []
+
+    def plan(server, placement):
+        spot = (server.status in EVICTABLE_STATES
+                and is_spot(server.extra_specs))
+        planned.append(moves.Server(server.id, placement, spot=spot))
+        info[server.id] = server
+
     try:
         for server in servers:
             if not server.providers:
@@ -160,19 +167,34 @@ def build(reports, servers, catalog, is_spot):
                     hosts[placement.host].free(placement)
                     freed.append(placement)
                 except exceptions.GpuError as e:
-                    placement, why = None, 'its report disagrees: %s' % e
+                    lagging.append((server, placement, str(e)))
+                    continue
             if placement is None:
                 skipped[server.id] = why
                 LOG.debug('Server %s left out of planning: %s', server.id,
                           why)
                 continue
-            spot = (server.status in EVICTABLE_STATES
-                    and is_spot(server.extra_specs))
-            planned.append(moves.Server(server.id, placement, spot=spot))
-            info[server.id] = server
+            plan(server, placement)
     finally:
         for placement in reversed(freed):
             hosts[placement.host].allocate(placement)
+    for server, placement, why in lagging:
+        # Placement holds the server's devices, its host's report does not
+        # yet (the agent reports after the device change; the schedulers
+        # count their own fresh placements meanwhile): where the report
+        # has the room, the server is planned where Placement has it, so
+        # that its GPU is not taken for free. A boot refused right after
+        # others were placed was "served" by evicting nothing (devstack).
+        try:
+            hosts[placement.host].allocate(placement)
+        except exceptions.GpuError as e:
+            skipped[server.id] = 'its report disagrees: %s; %s' % (why, e)
+            LOG.debug('Server %s left out of planning: %s', server.id,
+                      skipped[server.id])
+            continue
+        LOG.debug('Server %s planned where Placement has it: its host\'s '
+                  'report does not hold it yet (%s)', server.id, why)
+        plan(server, placement)
     return Inventory(hosts, planned, info, skipped)
 
 

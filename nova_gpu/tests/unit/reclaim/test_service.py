@@ -128,6 +128,20 @@ class RefusalTest(ServiceTestBase):
         self.assertEqual(notification.ROOM_EVENT, self.sent.events()[-1][0])
         self.assertIn('No GPU report of', logged.output)
 
+    def test_a_report_lagging_placement_frees_no_gpu_for_free(self):
+        # h0's report predates spot0's boot (GPU 1 looks free), as right
+        # after boots (the agent reports after the device change): the
+        # refusal must still evict a spot server, not plan on GPU 1 as
+        # free and evict none (found in devstack).
+        svc = self.service()
+        svc.store.ingest(fakes.report('h0', used=(0,), generation=2))
+        outcome = svc.handle_refusal(self.refused())
+        self.assertTrue(outcome.ok, outcome.failed)
+        (victim,) = outcome.evicted
+        self.assertIn(victim, ('spot0', 'spot1'))
+        inv = svc.inventory()
+        self.assertNotIn('spot0', inv.skipped)
+
     def test_delete_action(self):
         outcome = self.service(action='delete').handle_refusal(
             self.refused())
