@@ -320,9 +320,13 @@ else
     else
         fail "flavor devstack-check-quota-h200 asks no $QUOTA_CLASS ($quota_keys)"
     fi
-    for name in devstack-check-quota-1 devstack-check-quota-2; do
-        os_user server delete --wait "$name" >/dev/null 2>&1 || true
-    done
+    delete_quota_servers() {
+        local name
+        for name in devstack-check-quota-1 devstack-check-quota-2; do
+            os_user server delete --wait "$name" >/dev/null 2>&1 || true
+        done
+    }
+    delete_quota_servers
     if id=$(boot devstack-check-quota-1 devstack-check-quota-h200); then
         pass "one whole H200 within the limit of 1: $id ACTIVE"
     else
@@ -346,9 +350,7 @@ else
     else
         fail "the second whole H200 did not boot with the project's limit of 2"
     fi
-    for name in devstack-check-quota-1 devstack-check-quota-2; do
-        os_user server delete --wait "$name" >/dev/null 2>&1 || true
-    done
+    delete_quota_servers
     # Leave no GPU limit for the checks after this one.
     if [[ -s /tmp/quota-limit.id ]]; then
         os_system limit delete "$(cat /tmp/quota-limit.id)" || true
