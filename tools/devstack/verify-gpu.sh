@@ -389,7 +389,8 @@ sudo systemctl restart prometheus
 prom() { curl -sf "http://127.0.0.1:9090/api/v1/$1"; }
 # shellcheck disable=SC2317  # called through wait_until
 target_up() {
-    prom 'query?query=up%7Bjob%3D%22nova-gpu%22%7D' | json "
+    # Quiet until Prometheus answers (its first polls find it starting).
+    prom 'query?query=up%7Bjob%3D%22nova-gpu%22%7D' 2>/dev/null | json 2>/dev/null "
 import sys; r = d['data']['result']; sys.exit(0 if r and r[0]['value'][1] == '1' else 1)"
 }
 if wait_until 90 target_up; then
