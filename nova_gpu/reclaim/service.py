@@ -50,8 +50,8 @@ class ReclaimService:
     """State, decisions and (once started) listener and worker.
 
     ``compute``: the compute/Placement client (``compute.SdkCompute``);
-    ``notifier``: a ``notification.Notifier`` (default: oslo.messaging on
-    the report topic of ``transport``); ``catalog``: default ``[gpu]
+    ``notifier``: a ``notification.Notifier`` (default, made by ``start``:
+    oslo.messaging on the report topic of the transport); ``catalog``: default ``[gpu]
     catalog_files``. Flavors are read with the core's grammar and the
     ``[gpu_scheduler]`` names of ``conf`` (``grammar``).
     """
@@ -76,8 +76,6 @@ class ReclaimService:
             grace_s=o.grace_period)
         self._transport = transport
         self._owns_transport = False
-        if notifier is None and transport is not None:
-            notifier = self._messaging_notifier(transport)
         self.notifier = notifier
         self._stop = threading.Event()
         self.executor = executor_mod.Executor(
@@ -219,21 +217,18 @@ class ReclaimService:
                 LOG.exception('Reclaim failed; the next trigger plans '
                               'afresh')
 
-    def _messaging_notifier(self, transport):
-        return notification.Notifier(owner_notice.messaging_notifier(
-            transport, notification.PUBLISHER,
-            self.conf.gpu_reclaimer.report_topic))
-
     def start(self):
         if self._transport is None:
             self._transport = listening.transport(self.conf)
             self._owns_transport = True
         if self.notifier is None:
-            # The service as nova-gpu-reclaimer runs it (``main``): its
-            # notices (gpu.reclaim.notice, .evicted, .room) go out on the
-            # transport it listens on. Without this, none was sent
-            # (found in devstack: the owner was never told of the room).
-            self.notifier = self._messaging_notifier(self._transport)
+            # Its notices (gpu.reclaim.notice, .evicted, .room) go out on
+            # the transport it listens on, given or made here (as ``main``
+            # runs it: none was sent before, found in devstack).
+            self.notifier = notification.Notifier(
+                owner_notice.messaging_notifier(
+                    self._transport, notification.PUBLISHER,
+                    self.conf.gpu_reclaimer.report_topic))
             self.executor.notifier = self.notifier
         self._listener = listener_mod.listener(
             self._transport, listener_mod.Endpoint(self.store, self.submit),
