@@ -40,6 +40,7 @@ import random
 import threading
 import time
 
+from nova_gpu.bench import claims as claims_mod
 from nova_gpu.bench import reliability_boots as boots
 
 SCHEDULER_COUNTS = (1, 2, 3, 5)
@@ -83,31 +84,6 @@ class Run:
     oracle_errors: list = dataclasses.field(default_factory=list)
     wrong: list = dataclasses.field(default_factory=list)
     elapsed: float = 0.0
-
-
-class _Counter:
-    """Counts Nova's claims (``nova.scheduler.utils.claim_resources``)."""
-
-    def __init__(self, run):
-        self.run = run
-        self.lock = threading.Lock()
-
-    def install(self, case):
-        import fixtures
-        from nova.scheduler import utils
-        real = utils.claim_resources
-
-        def claim(*args, **kwargs):
-            held = False
-            try:
-                held = real(*args, **kwargs)
-                return held
-            finally:
-                with self.lock:
-                    self.run.claims += 1
-                    self.run.claims_failed += not held
-        case.useFixture(fixtures.MonkeyPatch(
-            'nova.scheduler.utils.claim_resources', claim))
 
 
 def _watch_refusals(cloud, run, stock):
@@ -280,7 +256,6 @@ def run_cloud(schedulers, stock, seed, waves=WAVES, progress=None):
         # module that imports oslo.messaging.
         cloud = boots.start(stock=stock, schedulers=schedulers)
         try:
-            _Counter(result).install(cloud)
             start = time.monotonic()
             tally = result.tally = boots.Tally()
             booter = _Booter(cloud, boots.STOCK_FLAVORS if stock
@@ -288,9 +263,12 @@ def run_cloud(schedulers, stock, seed, waves=WAVES, progress=None):
                              result)
             boots.count_requests(cloud, tally)
             _watch_refusals(cloud, result, stock)
-            while (tally.waves < waves
-                   and time.monotonic() - start < RUN_DEADLINE):
-                booter.wave(tally)
+            with claims_mod.counted(claims_mod.Claims()) as claimed:
+                while (tally.waves < waves
+                       and time.monotonic() - start < RUN_DEADLINE):
+                    booter.wave(tally)
+            result.claims = claimed.tried
+            result.claims_failed = claimed.refused
             result.elapsed = time.monotonic() - start
             for service in cloud.schedulers:
                 counts = getattr(service.manager, 'claim_retries',

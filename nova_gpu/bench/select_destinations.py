@@ -69,6 +69,7 @@ import threading
 import time
 import uuid as uuid_mod
 
+from nova_gpu.bench import claims as claims_mod
 from nova_gpu import tables
 
 # path -> (model, vGPU type, GPUs per host, harness path)
@@ -654,27 +655,10 @@ class Bench:
         claims Nova made in them: ``(rates, claims)``, ``claims[name]`` =
         ``[tried, refused by Placement, requests scheduled again]``.
         """
-        from unittest import mock
-
-        from nova.scheduler import utils as scheduler_utils
         rates = collections.defaultdict(list)
-        claims = collections.defaultdict(lambda: [0, 0, 0])
+        claims = collections.defaultdict(claims_mod.Claims)
+        retries = collections.Counter()
         lock = threading.Lock()
-        real_claim = scheduler_utils.claim_resources
-        counting = []
-
-        def claim(*args, **kwargs):
-            # Nova's _schedule claims candidate 0 of each host it tries;
-            # a refusal is a claim lost to a concurrent request.
-            held = False
-            try:
-                held = real_claim(*args, **kwargs)
-                return held
-            finally:
-                with lock:
-                    tally = claims[counting[-1]]
-                    tally[0] += 1
-                    tally[1] += not held
         for b in range(bursts):
             k = b % len(self.configs)
             order = self.configs[k:] + self.configs[:k]
@@ -683,7 +667,6 @@ class Bench:
                 _apply(self.values[name])
                 manager = self.managers[name]
                 placed = []
-                counting.append(name)
                 retried = getattr(manager, 'claim_retries',
                                   {}).get('retried', 0)
 
@@ -699,17 +682,17 @@ class Bench:
                     with lock:
                         placed.append(instance)
 
-                with mock.patch.object(scheduler_utils, 'claim_resources',
-                                       claim), \
+                with claims_mod.counted(claims[name]), \
                         concurrent.futures.ThreadPoolExecutor(threads) as pool:
                     start = time.perf_counter()
                     list(pool.map(one, specs))
                     elapsed = time.perf_counter() - start
                 rates[name].append(len(specs) / elapsed)
-                claims[name][2] += getattr(manager, 'claim_retries',
-                                           {}).get('retried', 0) - retried
+                retries[name] += getattr(manager, 'claim_retries',
+                                         {}).get('retried', 0) - retried
                 self.unclaim([i for i, _s in specs])
-        return rates, claims
+        return rates, {name: (c.tried, c.refused, retries[name])
+                       for name, c in claims.items()}
 
 
 def _start_cloud():
