@@ -50,10 +50,11 @@ class ReclaimService:
     """State, decisions and (once started) listener and worker.
 
     ``compute``: the compute/Placement client (``compute.SdkCompute``);
-    ``notifier``: a ``notification.Notifier`` (default, made by ``start``:
-    oslo.messaging on the report topic of the transport); ``catalog``: default ``[gpu]
-    catalog_files``. Flavors are read with the core's grammar and the
-    ``[gpu_scheduler]`` names of ``conf`` (``grammar``).
+    ``notifier``: a ``notification.Notifier`` (default, made by
+    ``start``: oslo.messaging on the report topic of the transport);
+    ``catalog``: default ``[gpu] catalog_files``. Flavors are read with
+    the core's grammar and the ``[gpu_scheduler]`` names of ``conf``
+    (``grammar``).
     """
 
     def __init__(self, conf, compute, transport=None, notifier=None,
