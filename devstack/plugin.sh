@@ -401,14 +401,14 @@ function configure_nova_gpu_fake_host {
     iniset "$agent_conf" gpu_agent quota_inventory "$NOVA_GPU_QUOTA_INVENTORY"
     while IFS=$'\t' read -r option value; do
         [[ -n "$option" ]] && iniset "$agent_conf" gpu_agent "$option" "$value"
-    done < <(_nova_gpu_fake_launcher agent-options "$path" "$host")
+    done < <(_nova_gpu_fake_launcher agent-options "$path" "$host" --dir "$dir")
 }
 
 function start_nova_gpu_fake_host {
     local path=$1 dir
     dir=$NOVA_GPU_FAKE_DIR/$path
     run_process "n-gpu-fake-$path" "$(get_python_exec_prefix)/python3 \
--m nova_gpu.tests.harness.fake_compute run $path --sysfs $dir/sys \
+-m nova_gpu.tests.harness.fake_compute run $path --sysfs $dir/sys --dir $dir \
 -- --config-file $NOVA_GPU_CONF_DIR/nova-compute-fake-$path.conf"
     # nova-gpu-agent's own main; NVML faked at its boundary where the path
     # needs it (MIG mode is NVML's alone).

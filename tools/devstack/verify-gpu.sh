@@ -17,6 +17,15 @@
 #     that many boot; one more (on-demand) gets NoValidHost with the
 #     plugin's reason in devstack@n-sch's journal; nova-gpu-reclaimer
 #     evicts a spot server for it and it boots;
+#   - HGX (the hgx host: Fabric Manager faked at its fmpm command): 2-GPU
+#     servers get one NVSwitch partition each, activated while they run,
+#     the second in the 4-GPU half the first broke; a 4-GPU server gets
+#     the half kept free; a size no partition has is refused with the
+#     reason; a gpu:rdma server's NIC VF hangs below its GPU's PCIe switch;
+#   - mixed-size vGPUs (the mixed-size host, an L40S NVML shows in
+#     mixed-size mode): an L40S-24C and an L40S-8C on one GPU, their VFs
+#     typed by the qemu hook; a second L40S-24C refused with the reason;
+#     another L40S-8C fits;
 #   - Prometheus (Debian's) scrapes nova-gpu-exporter with the shipped
 #     rules (etc/prometheus), which promtool checks and tests.
 # Prints one PASS/FAIL line per check; exits 1 if any failed.
@@ -38,10 +47,19 @@ declare -A SPECS=(
     [mig-vgpu]="gpu:profile=A100-2-10C"
     [vendor-vfio]="gpu:profile=H100-20C gpu:backend=vfio"
     [whole-gpu]="gpu:kind=whole gpu:model=H200-141GB"
+    [hgx]="gpu:kind=whole gpu:model=H100-80GB gpu:rdma=true"
+    [mixed-size]="gpu:profile=L40S-24C gpu:backend=vfio"
 )
+FAKE_DIR=/opt/stack/data/nova-gpu/fake
 mapfile -t PATHS < <(systemctl list-units --all --no-legend --plain \
     'devstack@n-gpu-fake-*' | awk '{print $1}' |
     sed -n 's/^devstack@n-gpu-fake-\(.*\)\.service$/\1/p')
+
+# describe PATH: the fake host of PATH, as its launcher describes it (JSON).
+describe() {
+    "$VENV_BIN/python3" -m nova_gpu.tests.harness.fake_compute describe \
+        "$1" "$PREFIX-$1" --dir "$FAKE_DIR/$1" 2>/dev/null
+}
 
 # gpu_of SERVER: the GPU indices of the server's devices (openstack gpu
 # server show, from its Placement allocation and the exporter).
@@ -94,10 +112,11 @@ for path in "${PATHS[@]}"; do
 done
 for path in "${PATHS[@]}"; do
     host=$PREFIX-$path
-    if wait_until 180 bash -c "openstack --os-cloud $ADMIN_CLOUD gpu host list -f value -c Host -c GPUs | grep -qx '$host 2'"; then
-        pass "$host: its agent's report (2 GPUs) reached the exporter over RabbitMQ"
+    count=$(describe "$path" | json "print(len(d['gpus']))" || echo "?")
+    if wait_until 180 bash -c "openstack --os-cloud $ADMIN_CLOUD gpu host list -f value -c Host -c GPUs | grep -qx '$host $count'"; then
+        pass "$host: its agent's report ($count GPUs) reached the exporter over RabbitMQ"
     else
-        fail "$host: no report with 2 GPUs in openstack gpu host list after 180 s"
+        fail "$host: no report with $count GPUs in openstack gpu host list after 180 s"
     fi
     if os_admin hypervisor list -f value -c "Hypervisor Hostname" | grep -qx "$host"; then
         pass "$host: nova-compute registered and mapped (hypervisor list)"
@@ -254,6 +273,15 @@ fi
 for path in "${!SERVERS[@]}"; do
     os_user server delete --wait "${SERVERS[$path]}" || fail "$path: delete failed"
 done
+
+if [[ " ${PATHS[*]} " == *" hgx "* ]]; then
+    # shellcheck source=tools/devstack/verify-hgx.sh
+    source "$HERE/verify-hgx.sh"
+fi
+if [[ " ${PATHS[*]} " == *" mixed-size "* ]]; then
+    # shellcheck source=tools/devstack/verify-mixed-size.sh
+    source "$HERE/verify-mixed-size.sh"
+fi
 
 echo "--- a bad gpu: spec"
 # Nova validates extra specs from compute API microversion 2.86 on (the

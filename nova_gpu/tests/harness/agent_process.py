@@ -363,12 +363,14 @@ def libvirt_mdevs(conn):
     return result
 
 
-def build_sysfs(fs, nodes):
+def build_sysfs(fs, nodes, bridges=None):
     """Add ``nodes``' NVIDIA functions to the FakeSysfs ``fs``.
 
-    PFs go below their bridges; VFs beside their PF with ``physfn`` and
-    ``virtfnN`` links; mdev types with their available instances;
-    vendor VFIO files where a VF has them. Other vendors' devices are left
+    PFs go below their bridges (``bridges``: {PF address: bridges from
+    the root port down}, where the tree places them otherwise); VFs
+    beside their PF with ``physfn`` and ``virtfnN`` links; mdev types
+    with their available instances; vendor VFIO files where a VF has
+    them. Other vendors' devices are left
     out: the agent only looks at NVIDIA GPUs.
     """
     from nova_gpu.tests.unit.agent import fakesys
@@ -382,7 +384,8 @@ def build_sysfs(fs, nodes):
                       pci_class=GPU_CLASS, iommu_group=node.iommu_group)
         if node.physfn is None:
             fs.add_pci(node.address, '0x' + node.product_id,
-                       bridges=node.bridges or None, **common)
+                       bridges=(bridges or {}).get(node.address)
+                       or node.bridges or None, **common)
         else:
             pf, index = vf_index.get(node.address, (node.physfn, None))
             fs.add_pci(node.address, '0x' + node.product_id,
@@ -423,12 +426,17 @@ class HostSysfs:
     kernel would show them.
     """
 
-    def __init__(self, conn, root, vendor_vfio=None):
+    def __init__(self, conn, root, vendor_vfio=None, layout=None):
+        """``layout(fs)``, when given, adds what sits around the GPUs
+        (PCIe switches, NICs) first and returns ``build_sysfs``'s
+        ``bridges``.
+        """
         from nova_gpu.tests.unit.agent import fakesys
         self.conn = conn
         self.fs = fakesys.FakeSysfs(root)
         self.nodes = pci_nodes(conn, vendor_vfio)
-        build_sysfs(self.fs, self.nodes)
+        build_sysfs(self.fs, self.nodes,
+                    layout(self.fs) if layout is not None else None)
         self._nvidia = {n.address for n in self.nodes
                         if n.vendor_id == NVIDIA_VENDOR}
         self.sync()

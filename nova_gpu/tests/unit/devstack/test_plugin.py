@@ -548,8 +548,9 @@ class DevstackPluginTest(testtools.TestCase):
                                     'nova-compute-fake-pf-mdev.conf')
         self.assertIn(
             'run_process n-gpu-fake-pf-mdev %s/python3 -m '
-            'nova_gpu.tests.harness.fake_compute run pf-mdev --sysfs %s -- '
-            '--config-file %s' % (bin_dir, sysfs, compute_conf), calls)
+            'nova_gpu.tests.harness.fake_compute run pf-mdev --sysfs %s '
+            '--dir %s -- --config-file %s' % (
+                bin_dir, sysfs, os.path.dirname(sysfs), compute_conf), calls)
         self.assertIn(
             'run_process nova-gpu-agent-fake-pf-mdev %s/python3 -m '
             'nova_gpu.tests.harness.fake_compute agent pf-mdev ds-pf-mdev '
