@@ -2,11 +2,11 @@
 
 Two HGX H100 8-GPU hosts of whole GPUs (passthrough) report Fabric
 Manager's published partition table (``core/data/nvswitch_partitions.yaml``:
-0: all 8; 1, 2: the two 4-GPU halves; 3-6: pairs; 7-14: single GPUs), a
-partition active while a guest holds exactly its GPUs, as the qemu hook
-activates it. On ``hgx-nvl`` the pair partition 4 (GPUs 2, 3) is
-unsupported (failed NVLinks). Servers boot through Nova's API onto a
-named host; their GPUs are read from the domain XML Nova wrote.
+0: all 8; 1, 2: the two 4-GPU halves; 3-6: the pairs 0+2, 1+3, 4+6, 5+7;
+7-14: single GPUs), a partition active while a guest holds exactly its
+GPUs, as the qemu hook activates it. On ``hgx-nvl`` the pair partition 4
+(GPUs 1, 3) is unsupported (failed NVLinks). Servers boot through Nova's
+API onto a named host; their GPUs are read from the domain XML Nova wrote.
 """
 
 from nova_gpu.core import partitions as partitions_mod
@@ -64,11 +64,11 @@ class NvswitchPartitionsTest(cloud.GpuCloudTestCase):
         got = [self.gpus(self.boot(self.pair, host='hgx-nvl'))
                for _ in range(3)]
         for gpus in got:
-            self.assertNotEqual({2, 3}, gpus)
+            self.assertNotEqual({1, 3}, gpus)
             self.assert_partition('hgx-nvl', gpus)
-        # The three supported pairs are taken; GPUs 2 and 3 are free but
+        # The three supported pairs are taken; GPUs 1 and 3 are free but
         # form no partition that can be activated.
-        self.assertEqual({0, 1, 4, 5, 6, 7}, set().union(*got))
+        self.assertEqual({0, 2, 4, 5, 6, 7}, set().union(*got))
         server = self.boot(self.pair, host='hgx-nvl', expected_state='ERROR')
         self.assertIn('No valid host', server['fault']['message'])
         self.assertIn('no free NVSwitch partition of 2 GPUs',

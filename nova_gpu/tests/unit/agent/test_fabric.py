@@ -38,22 +38,23 @@ class DiscoveryPartitionsTest(test_discovery.SysfsCase):
                                    host='hgx1', fabric=fm).discover()
 
     def test_partitions_reported_and_read_back(self):
-        self.fm.active.add(5)   # modules 5, 6
+        self.fm.active.add(5)   # modules 5, 7
         inv = self.discover(self.fm)
         data = inv.report(generation=1)
         listed = {p['id']: p for p in data['partitions']}
         self.assertEqual(15, len(listed))
-        self.assertEqual([0, 1], listed[3]['gpus'])
+        self.assertEqual([0, 2], listed[3]['gpus'])   # modules 1, 3
         self.assertFalse(listed[4]['supported'])
         self.assertTrue(listed[5]['active'])
         parsed = report.parse(json.loads(json.dumps(data)), CATALOG)
         table = parsed.host.partitions
         self.assertEqual(inv.host.partitions, table)
         # The scheduler's engine, on the parsed report: a 2-GPU guest
-        # gets a free supported pair that is not the active one.
+        # gets a free supported pair that is not the active one, and
+        # keeps the free 4-GPU partition (modules 1-4) whole.
         best = engine_mod.PlacementEngine().best(
             parsed.host, R.GpuRequest('whole', count=2))
-        self.assertEqual((6, 7), best.placement.gpus)
+        self.assertEqual((5, 7), best.placement.gpus)
 
     def test_no_fabric_manager_no_partitions(self):
         data = self.discover(None).report()
@@ -135,8 +136,8 @@ class FmpmClientTest(testtools.TestCase):
                       'pciBusId': '00000000:1B:00.0',
                       'numNvLinksAvailable': 18, 'maxNumNvLinks': 18,
                       'nvlinkLineRateMBps': 26562},
-                     {'physicalId': 2, 'uuid': 'GPU-b',
-                      'pciBusId': '00000000:43:00.0',
+                     {'physicalId': 3, 'uuid': 'GPU-c',
+                      'pciBusId': '00000000:52:00.0',
                       'numNvLinksAvailable': 18, 'maxNumNvLinks': 18,
                       'nvlinkLineRateMBps': 26562}]},
                 {'partitionId': 7, 'isActive': 0, 'numGpus': 1,
@@ -156,7 +157,7 @@ class FmpmClientTest(testtools.TestCase):
         parts = self.client(out=json.dumps(self.LIST)).supported_partitions()
         self.assertEqual([3, 7], [p.id for p in parts])
         self.assertTrue(parts[0].active)
-        self.assertEqual(('0000:1b:00.0', '0000:43:00.0'),
+        self.assertEqual(('0000:1b:00.0', '0000:52:00.0'),
                          parts[0].pci_bus_ids)
         self.assertEqual(['/usr/bin/fmpm', '-l', '--unix-domain-socket',
                           '/run/fm.sock'], self.cmds[0])
@@ -220,8 +221,11 @@ class KeeperTest(testtools.TestCase):
         return fabric.PartitionKeeper(self.fm, self.store(),
                                       clock=lambda: self.now[0])
 
+    # self.addresses[i] is module i + 1: the pair partitions are 3:
+    # [0:3:2] (modules 1, 3), 4: [1:4:2], 5: [4:7:2], 6: [5:8:2].
+
     def test_activate_then_deactivate(self):
-        pid = self.keeper.prepare('inst-1', self.addresses[2:4])
+        pid = self.keeper.prepare('inst-1', self.addresses[1:4:2])
         self.assertEqual(4, pid)
         self.assertEqual({4}, self.fm.active)
         self.assertEqual({'inst-1': 4}, self.keeper_again().held())
@@ -239,20 +243,20 @@ class KeeperTest(testtools.TestCase):
 
     def test_fm_errors_refuse_the_start_and_leave_no_record(self):
         err = self.assertRaises(fabric.PartitionError, self.keeper.prepare,
-                                'inst-1', self.addresses[6:8])
+                                'inst-1', self.addresses[5:8:2])
         self.assertIn('FM_ST_NOT_SUPPORTED', str(err))
-        self.keeper.prepare('inst-1', self.addresses[0:2])
+        self.keeper.prepare('inst-1', self.addresses[0:3:2])
         err = self.assertRaises(fabric.PartitionError, self.keeper.prepare,
                                 'inst-2', self.addresses[0:4])
         self.assertIn('FM_ST_IN_USE', str(err))
         self.fm.fail_next['activate'] = fabric.FM_ST_TIMEOUT
         err = self.assertRaises(fabric.PartitionError, self.keeper.prepare,
-                                'inst-3', self.addresses[4:6])
+                                'inst-3', self.addresses[4:7:2])
         self.assertIn('FM_ST_TIMEOUT', str(err))
         self.assertEqual({'inst-1': 3}, self.keeper.held())
         self.fm.down = True
         err = self.assertRaises(fabric.PartitionError, self.keeper.prepare,
-                                'inst-4', self.addresses[4:6])
+                                'inst-4', self.addresses[4:7:2])
         self.assertIn('FM_ST_CONNECTION_NOT_VALID', str(err))
 
     def test_crash_between_activate_and_guest_start(self):
@@ -262,9 +266,9 @@ class KeeperTest(testtools.TestCase):
         self.fm.activate(5)
         with self.store().change() as held:
             held['inst-1'] = {'partition': 5, 'state': fabric.ACTIVATING,
-                              'gpus': self.addresses[4:6], 'time': 1000.0}
+                              'gpus': self.addresses[4:7:2], 'time': 1000.0}
         self.assertEqual(5, self.keeper_again().prepare(
-            'inst-1', self.addresses[4:6]))
+            'inst-1', self.addresses[4:7:2]))
         self.assertEqual({5}, self.fm.active)
         # Another crash leaves it held; the guest is not running.
         keeper = self.keeper_again()
@@ -276,7 +280,7 @@ class KeeperTest(testtools.TestCase):
         self.assertEqual({}, keeper.held())
 
     def test_recover_keeps_record_when_fm_fails(self):
-        self.keeper.prepare('inst-1', self.addresses[0:2])
+        self.keeper.prepare('inst-1', self.addresses[0:3:2])
         self.now[0] += 600
         self.fm.fail_next['deactivate'] = fabric.FM_ST_GENERIC_ERROR
         self.assertEqual([], self.keeper.recover(running=set()))
@@ -284,15 +288,15 @@ class KeeperTest(testtools.TestCase):
         self.assertEqual([3], self.keeper.recover(running=set()))
 
     def test_restore_after_fabric_manager_restart(self):
-        self.keeper.prepare('inst-1', self.addresses[0:2])
+        self.keeper.prepare('inst-1', self.addresses[0:3:2])
         self.keeper.prepare('inst-2', self.addresses[4:8])
         self.fm.restart()
         err = self.assertRaises(fabric.PartitionError, self.keeper.prepare,
-                                'inst-3', self.addresses[2:4])
+                                'inst-3', self.addresses[1:4:2])
         self.assertIn('FM_ST_NOT_CONFIGURED', str(err))
         self.assertEqual([2, 3], self.keeper_again().restore())
         self.assertEqual({2, 3}, self.fm.active)
         self.assertFalse(self.fm.awaiting_list)
         self.assertIsNone(self.keeper.restore())   # nothing to do now
         self.assertEqual(4, self.keeper.prepare('inst-3',
-                                                self.addresses[2:4]))
+                                                self.addresses[1:4:2]))

@@ -18,6 +18,8 @@ from nova_gpu.tests.unit.agent import fakenvml
 from nova_gpu.tests.unit.agent import fakesys
 from nova_gpu.tests.unit.agent import test_qemu_hook
 
+# GPUS[i] is module i + 1: the pair partitions are 3: GPUS[0:3:2]
+# (modules 1, 3), 4: GPUS[1:4:2], 5: GPUS[4:7:2], 6: GPUS[5:8:2].
 GPUS = ['0000:%s:00.0' % b for b in fakenvml.H100_BUS]
 NIC = '0000:3b:00.0'
 
@@ -90,12 +92,12 @@ class HookTest(_Case):
         return rc, err.getvalue()
 
     def test_partition_activated_at_start_deactivated_at_stop(self):
-        rc, err = self.run_hook([NIC] + GPUS[2:4])
+        rc, err = self.run_hook([NIC] + GPUS[1:4:2])
         self.assertEqual(0, rc, err)
         self.assertIn('NVSwitch partition 4 activated', err)
         self.assertEqual({4}, self.fm.active)
         self.assertEqual({'instance-1': 4}, self.keeper().held())
-        rc, err = self.run_hook(GPUS[2:4], phase=('release', 'end'))
+        rc, err = self.run_hook(GPUS[1:4:2], phase=('release', 'end'))
         self.assertEqual(0, rc, err)
         self.assertIn('NVSwitch partition 4 deactivated', err)
         self.assertEqual(set(), self.fm.active)
@@ -109,19 +111,19 @@ class HookTest(_Case):
         self.assertEqual(set(), self.fm.active)
 
     def test_fabric_manager_refusal_fails_the_start(self):
-        rc, err = self.run_hook(GPUS[6:8])   # partition 6: unsupported
+        rc, err = self.run_hook(GPUS[5:8:2])   # partition 6: unsupported
         self.assertEqual(1, rc)
         self.assertIn('FM_ST_NOT_SUPPORTED', err)
         self.fm.down = True
-        rc, err = self.run_hook(GPUS[0:2])
+        rc, err = self.run_hook(GPUS[0:3:2])
         self.assertEqual(1, rc)
         self.assertIn('FM_ST_CONNECTION_NOT_VALID', err)
         self.assertEqual({}, self.keeper().held())
 
     def test_release_failure_never_fails_the_stop(self):
-        self.assertEqual(0, self.run_hook(GPUS[0:2])[0])
+        self.assertEqual(0, self.run_hook(GPUS[0:3:2])[0])
         self.fm.fail_next['deactivate'] = fabric.FM_ST_GENERIC_ERROR
-        rc, err = self.run_hook(GPUS[0:2], phase=('release', 'end'))
+        rc, err = self.run_hook(GPUS[0:3:2], phase=('release', 'end'))
         self.assertEqual(0, rc)
         self.assertIn('the agent retries', err)
         self.assertEqual({'instance-1': 3}, self.keeper().held())
@@ -138,7 +140,7 @@ class HookTest(_Case):
         self.useFixture(fixtures.MockPatch(
             'nova_gpu.agent.qemu_hook.prepare',
             side_effect=qemu_hook.HookError('VF cannot take it')))
-        rc, err = self.run_hook(GPUS[0:2], profile='H100XM-10C')
+        rc, err = self.run_hook(GPUS[0:3:2], profile='H100XM-10C')
         self.assertEqual(1, rc)
         self.assertIn('VF cannot take it', err)
         self.assertEqual(set(), self.fm.active)
@@ -152,7 +154,7 @@ class HookTest(_Case):
         err = io.StringIO()
         rc = qemu_hook.main(['instance-1', 'prepare', 'begin', '-'],
                             stdin=io.StringIO(test_qemu_hook.domain_xml(
-                                GPUS[4:6], profile=None)), stderr=err)
+                                GPUS[4:7:2], profile=None)), stderr=err)
         self.assertEqual(0, rc, err.getvalue())
         self.assertEqual({5}, self.fm.active)
 
@@ -190,7 +192,7 @@ class KeepTest(_Case):
         super().setUp()
         self.now = [1000.0]
         self.k = self.keeper(clock=lambda: self.now[0])
-        self.k.prepare('alive', GPUS[0:2])
+        self.k.prepare('alive', GPUS[0:3:2])
         self.k.prepare('gone', GPUS[4:8])
 
     def test_gone_guests_partitions_deactivated_after_grace(self):
@@ -234,7 +236,7 @@ class AgentCycleTest(_Case):
         self.assertIs(self.fm, agent.fabric)
         # A guest that died while its hook could not release.
         agent.partitions.clock = lambda: 0.0
-        agent.partitions.prepare('instance-gone', GPUS[2:4])
+        agent.partitions.prepare('instance-gone', GPUS[1:4:2])
         agent.partitions.clock = time.time
         result = agent.cycle()
         self.assertEqual([4], result['partitions']['deactivated'])

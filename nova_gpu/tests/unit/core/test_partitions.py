@@ -40,6 +40,11 @@ class PublishedTableTest(base.TestCase):
             modules = sorted(m for pid, mods in parts if pid in ids
                              for m in mods)
             self.assertEqual(list(range(1, 9)), modules, size)
+        # The pairs are modules 1+3, 2+4, 5+7, 6+8, not 1+2, ...
+        # (nvswitch_partitions.yaml names the sources).
+        self.assertEqual({3: [1, 3], 4: [2, 4], 5: [5, 7], 6: [6, 8]},
+                         {pid: mods for pid, mods in parts
+                          if len(mods) == 2})
 
     def test_unknown_board_is_named(self):
         err = self.assertRaises(exceptions.InvalidRequest, P.published,
@@ -49,8 +54,9 @@ class PublishedTableTest(base.TestCase):
 
     def test_module_order_maps_to_host_indices(self):
         table = P.published_table(BOARD, gpu_order=[8, 7, 6, 5, 4, 3, 2, 1])
-        self.assertEqual(frozenset({6, 7}), table.find([6, 7]).gpus)
-        self.assertEqual(3, table.find([6, 7]).id)  # modules 1, 2
+        self.assertEqual(frozenset({5, 7}), table.find([5, 7]).gpus)
+        self.assertEqual(3, table.find([5, 7]).id)  # modules 3, 1
+        self.assertIsNone(table.find([6, 7]))        # modules 2, 1
 
 
 class TableValidationTest(base.TestCase):
@@ -68,12 +74,12 @@ class TableValidationTest(base.TestCase):
             self.assertIn(words, str(err))
 
     def test_active_partition_blocks_overlapping_ones(self):
-        table = P.published_table(BOARD, active={4})   # GPUs 2, 3
-        self.assertEqual(frozenset({2, 3}), table.blocked)
-        self.assertIsNone(table.partition_for([2, 3]))   # already active
+        table = P.published_table(BOARD, active={4})   # GPUs 1, 3
+        self.assertEqual(frozenset({1, 3}), table.blocked)
+        self.assertIsNone(table.partition_for([1, 3]))   # already active
         self.assertIsNone(table.partition_for(range(4)))  # overlaps
-        self.assertIsNone(table.partition_for([2]))
-        self.assertEqual(3, table.partition_for([0, 1]).id)
+        self.assertIsNone(table.partition_for([1]))
+        self.assertEqual(3, table.partition_for([0, 2]).id)
         self.assertEqual([], [p.id for p in table.available(8)])
 
 
@@ -89,53 +95,53 @@ class EnginePartitionTest(base.TestCase):
 
     def test_two_gpus_keep_four_gpu_partitions_free(self):
         host = self.host()
-        take(host, 4)   # breaks partition 2 (GPUs 4-7) and 5 (4, 5)
+        take(host, 4)   # breaks partition 2 (GPUs 4-7) and 5 (4, 6)
         best = self.engine.best(host, whole(2))
         # The pair left in the broken 4-GPU partition, not one that
         # would break partition 1 (GPUs 0-3) as well.
-        self.assertEqual((6, 7), best.placement.gpus)
+        self.assertEqual((5, 7), best.placement.gpus)
         # Every choice is a partition.
         sets = {c.placement.gpus for c in self.engine.rank(host, whole(2))}
-        self.assertEqual({(0, 1), (2, 3), (6, 7)}, sets)
+        self.assertEqual({(0, 2), (1, 3), (5, 7)}, sets)
 
     def test_without_partitions_any_nvlink_set_goes(self):
         host = fixtures.hgx_host('h', self.model('H100-80GB'))
-        take(host, 1, 3)
-        gpus = self.engine.best(host, whole(2, topology='nvlink'))
-        self.assertNotIn(gpus.placement.gpus, ((0, 1), (2, 3)))
-        # The same state on a Shared NVSwitch host: GPUs 0 and 2 form no
+        take(host, 1, 2)
+        choices = self.engine.rank(host, whole(2, topology='nvlink'))
+        self.assertIn((0, 3), {c.placement.gpus for c in choices})
+        # The same state on a Shared NVSwitch host: GPUs 0 and 3 form no
         # partition, and the pairs with a GPU taken are not free.
         host = self.host()
-        take(host, 1, 3)
+        take(host, 1, 2)
         choices = self.engine.rank(host, whole(2, topology='nvlink'))
-        self.assertEqual({(4, 5), (6, 7)},
+        self.assertEqual({(4, 6), (5, 7)},
                          {c.placement.gpus for c in choices})
 
     def test_single_gpu_takes_a_broken_pair_first(self):
         host = self.host()
         take(host, 5)
-        self.assertEqual((4,), self.engine.best(host,
+        self.assertEqual((7,), self.engine.best(host,
                                                 whole(1)).placement.gpus)
 
     def test_unsupported_partition_is_never_chosen(self):
-        host = self.host(unsupported={3, 4})   # pairs 0-1 and 2-3
+        host = self.host(unsupported={3, 4})   # pairs 0-2 and 1-3
         take(host, 4)
         best = self.engine.best(host, whole(2))
-        self.assertEqual((6, 7), best.placement.gpus)
-        take(host, 6)
+        self.assertEqual((5, 7), best.placement.gpus)
+        take(host, 5)
         err = self.assertRaises(exceptions.NoFit, self.engine.best,
                                 host, whole(2))
         self.assertIn('no free NVSwitch partition of 2 GPUs', str(err))
         # Placement's candidates are judged by the same rule.
-        self.assertIsNone(self.engine.evaluate(host, whole(2), (0, 1)))
+        self.assertIsNone(self.engine.evaluate(host, whole(2), (0, 2)))
         self.assertIsNotNone(self.engine.evaluate(host, whole(1), (0,)))
 
     def test_gpu_in_active_partition_excludes_overlapping(self):
-        # Partition 4 (GPUs 2, 3) is active: its GPUs are a guest's even
+        # Partition 4 (GPUs 1, 3) is active: its GPUs are a guest's even
         # before the scheduler hears of the guest.
         host = self.host(active={4})
         sets = {c.placement.gpus for c in self.engine.rank(host, whole(2))}
-        self.assertEqual({(0, 1), (4, 5), (6, 7)}, sets)
+        self.assertEqual({(0, 2), (4, 6), (5, 7)}, sets)
         self.assertEqual([(4, 5, 6, 7)], [
             c.placement.gpus for c in self.engine.rank(host, whole(4))])
         self.assertEqual([], self.engine.rank(host, whole(8)))
@@ -164,12 +170,12 @@ class EnginePartitionTest(base.TestCase):
         take(host, 4)
         before = frag.host_fragmentation(host, demand)
         by_set = {c.placement.gpus: c for c in engine.rank(host, whole(2))}
-        self.assertEqual(0.0, by_set[(6, 7)].frag_delta)
-        self.assertGreater(by_set[(0, 1)].frag_delta, 2.0)
-        self.assertEqual((6, 7), engine.best(host, whole(2)).placement.gpus)
-        take(host, 0, 1)
+        self.assertEqual(0.0, by_set[(5, 7)].frag_delta)
+        self.assertGreater(by_set[(0, 2)].frag_delta, 2.0)
+        self.assertEqual((5, 7), engine.best(host, whole(2)).placement.gpus)
+        take(host, 0, 2)
         after = frag.host_fragmentation(host, demand)
-        self.assertAlmostEqual(by_set[(0, 1)].frag_delta,
+        self.assertAlmostEqual(by_set[(0, 2)].frag_delta,
                                (after - before) / H.MILLI)
 
     def test_host_copy_and_content_keep_partitions(self):
