@@ -332,6 +332,10 @@ class GpuState:
         self.model = _CATALOG.model(spec.model)
         self.connection = None  # the host's fake libvirt, once it runs
         self.gpu_instances = {}
+        # VF address -> the vGPU type it was given at a guest's start, on
+        # a mixed-size host in the harness's reports (the agent reads it
+        # from sysfs); whoever plays the qemu hook keeps it.
+        self.vf_types = {}
 
     def functions(self):
         return (self.address,) + self.vfs
@@ -1102,10 +1106,16 @@ class GpuCloudTestCase(test_vgpu.VGPUTestBase):
                     spec.vgpu_type, mig=slot.detail[:2] if slot else None))
             return result
         if spec.path == VFIO:
+            pool_type = spec.vgpu_type
+            if spec.mixed_size:
+                # The agent's pool type: the one type its typed VFs hold,
+                # None while none or several are set.
+                held = set(state.vf_types.values())
+                pool_type = held.pop() if len(held) == 1 else None
             return [report_mod.provider_dict(
                 report_mod.pci_provider_name(node, state.address),
                 report_mod.PCI_POOL, state.address, names.vfio_rc,
-                spec.vgpu_type, vfs=state.vfs)]
+                pool_type, vfs=state.vfs)]
         return [report_mod.provider_dict(
             report_mod.pci_provider_name(node, state.address),
             report_mod.PCI_DEVICE, state.address, names.whole_rc)]
@@ -1153,6 +1163,13 @@ class GpuCloudTestCase(test_vgpu.VGPUTestBase):
                                           'detail': spec.vgpu_type,
                                           'uuid': uuid}, used[uuid.lower()]))
             return devices
+        if spec.path == VFIO and spec.mixed_size:
+            # VFs typed on demand: a typed VF is a vGPU in use, of the
+            # type it was given (``[gpu_agent] vf_types_on_demand``).
+            return [_held({'kind': host_mod.VGPU,
+                           'detail': state.vf_types[vf], 'vf': vf},
+                          used.get(vf))
+                    for vf in state.vfs if vf in state.vf_types]
         if spec.path == VFIO:
             return [_held({'kind': host_mod.VGPU, 'detail': spec.vgpu_type,
                            'vf': vf}, used[vf])
@@ -1186,6 +1203,15 @@ class GpuCloudTestCase(test_vgpu.VGPUTestBase):
                     for uuid, _parent in state.mdevs()
                     if uuid in state.gpu_instances
                     and uuid.lower() not in used]})
+            if spec.mixed_size:
+                # As the agent reports a GPU in mixed-size mode whose VFs
+                # list every time-sliced type as creatable: every such
+                # type, and the scheduler's fit rule decides.
+                raw[-1]['mixed_size'] = True
+                raw[-1]['vgpu_types'] = sorted(
+                    name for name, profile in
+                    state.model.vgpu_profiles.items()
+                    if not profile.mig_backed)
             health = getattr(self, '_health', {}).get((hostname, i))
             if health is not None:
                 raw[-1]['health'] = health.to_dict()
