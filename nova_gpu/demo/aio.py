@@ -66,6 +66,9 @@ class ServerResult:
     nvlinked: bool = None
     topology: str = 'any'  # what the flavor asked
     uuid: str = None
+    # Not ACTIVE: (host, nova-gpu's reason) for each host its GpuFilter
+    # refused it on, else ((None, Nova's fault message),)
+    why: tuple = ()
 
     @property
     def topology_kept(self):
@@ -180,15 +183,16 @@ def run(stock=False, progress=None, agents=False):
 
     ``agents``: GPU reports come from a real nova-gpu-agent process per
     host over RabbitMQ (the scheduler's report listener on), not from the
-    harness; stock Nova reads no reports either way.
+    harness, and the real nova-gpu-qemu-hook types the VFs of the
+    mixed-size host on the agents' fake sysfs trees; stock Nova reads no
+    reports either way. Without agents ``vf_typing.OnDemandVfTypes``
+    plays the hook.
     """
-    from nova_gpu.tests.harness import agent_process
     from nova_gpu.tests.harness import cloud as cloud_mod
     start = time.monotonic()
     cloud = cloud_mod.start_cloud(
         scenario.HOSTS, nova_conf=nova_conf(stock),
-        mixins=((agent_process.AgentReportsMixin,) if agents and not stock
-                else ()),
+        mixins=cloud_mixins(agents and not stock),
         scheduler_files=() if stock else None, gpu_quota=not stock)
     try:
         limit_candidates(cloud)
@@ -214,6 +218,53 @@ def run(stock=False, progress=None, agents=False):
             logging.disable(logging.NOTSET)
     return DemoRun('stock Nova' if stock else 'nova-gpu', servers, hosts,
                    hostdevs, time.monotonic() - start, quota_usage)
+
+
+def cloud_mixins(agents=False):
+    """``start_cloud``'s mixins: real agents and the real qemu hook, or
+    the demo's stand-in for the hook (``vf_typing``).
+    """
+    if agents:
+        from nova_gpu.tests.harness import agent_process
+        from nova_gpu.tests.harness import qemu_hook
+        return (qemu_hook.QemuHookMixin, agent_process.AgentReportsMixin)
+    from nova_gpu.demo import vf_typing
+    return (vf_typing.OnDemandVfTypes,)
+
+
+def _vf_type(cloud, hostname, vf):
+    """The vGPU type VF ``vf`` of a mixed-size host was given at start:
+    the real hook's, in the agent's sysfs tree, or the stand-in's.
+    """
+    if hasattr(cloud, 'vf_types_of'):
+        for types in cloud.vf_types_of(hostname).values():
+            if vf in types:
+                return types[vf]
+        return None
+    return cloud.vf_type(hostname, vf)
+
+
+def guest_devices(cloud, server_id):
+    """``cloud.guest_devices``, with the type each VF of a mixed-size
+    host holds (the harness names the host's type).
+    """
+    specs = {h.name: h for h in scenario.HOSTS}
+    devices = []
+    for dev in cloud.guest_devices({'id': server_id}):
+        if specs[dev.host].mixed_size and dev.function != dev.gpu_address:
+            dev = dataclasses.replace(dev, vgpu_type=_vf_type(
+                cloud, dev.host, dev.function))
+        devices.append(dev)
+    return devices
+
+
+def _why_refused(cloud, server_id):
+    """(host, reason) for each host nova-gpu's GpuFilter refused the
+    server on (its last scheduling pass; the harness records them).
+    """
+    decisions = getattr(cloud, '_decisions', {}).get(server_id, {})
+    return tuple((host, d.why) for host, d in sorted(decisions.items())
+                 if d.why)
 
 
 def _create_aggregates(conn):
@@ -275,15 +326,19 @@ def _boot(cloud, conn, name, flavor_name, flavor_id):
                           uuid=server.id)
     if server.status != 'ACTIVE':
         message = (server.fault or {}).get('message', '')
+        # The reasons go to a table of their own: the placements table
+        # keeps its columns narrow.
         result.result = ('NoValidHost' if 'No valid host' in message
-                         else 'ERROR: %s' % message[:60])
+                         else 'ERROR')
+        result.why = _why_refused(cloud, server.id) or (
+            (None, message[:200]),)
         return result
     specs = {h.name: h for h in scenario.HOSTS}
     result.host = server.compute_host
     spec = specs[result.host]
     # What the guest got: the domain XML Nova wrote, and the host's
     # devices behind it.
-    devices = cloud.guest_devices({'id': server.id})
+    devices = guest_devices(cloud, server.id)
     indices = [d.gpu for d in devices]
     result.gpus = tuple(d.gpu_address for d in devices)
     result.devices = tuple(_device(d) for d in devices)
@@ -326,7 +381,7 @@ def _hostdevs(cloud, servers):
         seen.add(server.path)
         xml = cloud.domain_xml({'id': server.uuid})
         lines = []
-        for dev in cloud.guest_devices({'id': server.uuid}):
+        for dev in guest_devices(cloud, server.uuid):
             what = ('mdev %s on %s %s' % (dev.mdev, 'VF' if dev.function
                                           != dev.gpu_address else 'PF',
                                           dev.function)
@@ -353,14 +408,13 @@ def _demand():
 def _host_use(cloud):
     from nova_gpu.core import fragmentation
     from nova_gpu.core import host as host_mod
-    from nova_gpu.core import report as report_mod
+    from nova_gpu.core import mixed_size
     from nova_gpu.scheduler import gpu_spec as flavor_mod
     catalog = flavor_mod.default_catalog()
     demand = _demand()
     result = []
     for spec in scenario.HOSTS:
-        host = report_mod.host_from_dict(cloud.gpu_report(spec.name),
-                                         catalog)
+        host = _reported_host(cloud, spec.name, catalog)
         used = sum(g.used_milli for g in host.gpus) / host_mod.MILLI
         per_gpu = ' '.join(str(sum(g.vgpus.values()) + len(g.mig_instances)
                                + (0 if g.is_free or spec.vgpu_type else 1))
@@ -371,35 +425,69 @@ def _host_use(cloud):
             slices = '; MIG slices %s' % ' | '.join(
                 ','.join(str(s) for s in sorted(g.mig_instances)) or '-'
                 for g in host.gpus)
+        if spec.mixed_size:
+            # vGPUs of several sizes: what each GPU holds, in slots.
+            of = ' | '.join(
+                '%s: %d of %d slots' % (
+                    ', '.join('%d %s' % (n, t) for t, n in
+                              g.vgpu_counts()) or 'none',
+                    mixed_size.used_slots(g.model, g.vgpu_counts()),
+                    mixed_size.grid(g.model))
+                for g in host.gpus)
+        else:
+            of = 'of %d each%s' % (
+                host.gpus[0].model.vgpu_profile(
+                    spec.vgpu_type).max_instances if spec.vgpu_type else 1,
+                slices)
         result.append(HostUse(
-            spec.name, '%s %s' % (spec.model, spec.vgpu_type or 'whole'),
+            spec.name, '%s %s' % (spec.model, 'mixed-size' if
+                                  spec.mixed_size else
+                                  spec.vgpu_type or 'whole'),
             len(host.gpus), round(used, 2), round(len(host.gpus) - used, 2),
             sum(1 for g in host.gpus if g.is_free),
             round(fragmentation.host_fragmentation(host, demand)
                   / host_mod.MILLI, 2),
-            '%s (of %d each%s)' % (
-                per_gpu, host.gpus[0].model.vgpu_profile(
-                    spec.vgpu_type).max_instances if spec.vgpu_type else 1,
-                slices)))
+            '%s (%s)' % (per_gpu, of)))
     return result
+
+
+def _reported_host(cloud, hostname, catalog):
+    """The host as its last GPU report shows it: the agent's, as the
+    scheduler holds it, where a real agent reports the host, else the
+    harness's.
+    """
+    from nova_gpu.core import report as report_mod
+    views = (cloud.report_views() if hasattr(cloud, 'report_views')
+             and cloud.agent_runs_on(cloud._host_specs[hostname]) else ())
+    for view in views:
+        entry = view.get(hostname)
+        if entry is not None:
+            return entry.host
+    return report_mod.host_from_dict(cloud.gpu_report(hostname), catalog)
 
 
 # -- printing ---------------------------------------------------------------
 
 def _vgpu_type(spec, catalog):
+    if spec.mixed_size:
+        return 'mixed sizes, typed at start'
     if not spec.mig:
         return spec.vgpu_type or 'whole GPUs'
     return '%s on MIG %s' % (spec.vgpu_type, catalog.model(
         spec.model).vgpu_profile(spec.vgpu_type).mig_profile)
 
 
+def _nvlink_words(spec):
+    if spec.gpus > 1 and len(spec.nvlink) == spec.gpus * (spec.gpus - 1) // 2:
+        return 'all-to-all'
+    return ' '.join('%d-%d' % p for p in spec.nvlink) or None
+
+
 def describe_cloud():
     from nova_gpu.core import catalog as catalog_mod
     catalog = catalog_mod.load_catalog()
     rows = [(h.name, h.model, h.gpus, _PATH_WORDS[h.path],
-             _vgpu_type(h, catalog),
-             'all-to-all' if len(h.nvlink) == h.gpus * (h.gpus - 1) // 2
-             else ' '.join('%d-%d' % p for p in h.nvlink) or None)
+             _vgpu_type(h, catalog), _nvlink_words(h))
             for h in scenario.HOSTS]
     return render.table(('host', 'GPU model', 'GPUs', 'how Nova sees it',
                          'vGPU type', 'NVLink'), rows,
@@ -426,6 +514,11 @@ def print_outcome(outcome, out):
         out(render.hostdevs(xml))
         for line in lines:
             out(line)
+        out('')
+    refused = [s for s in outcome.servers if s.why]
+    if refused:
+        out(render.refusals(refused, 'Servers not ACTIVE with %s, and why:'
+                            % outcome.policy))
         out('')
     out(render.allocation(outcome.hosts, 'GPU allocation with %s'
                           % outcome.policy))

@@ -94,8 +94,11 @@ def layout_of(spec, catalog=None):
         units = spec.vf_count()
     else:
         units = model.vgpu_profile(spec.vgpu_type).max_instances
+    # A mixed-size GPU's VFs take any size when a guest starts.
+    vgpu_type = ('mixed sizes' if getattr(spec, 'mixed_size', False)
+                 else spec.vgpu_type)
     return HostLayout(spec.name, spec.model, spec.path, spec.gpus, units,
-                      spec.vgpu_type, bool(spec.mig))
+                      vgpu_type, bool(spec.mig))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -5,6 +5,8 @@ come from the cloud (Nova's API, the fake hypervisors) and the core's
 fragmentation measure.
 """
 
+import textwrap
+
 from lxml import etree
 
 from nova_gpu import tables
@@ -52,6 +54,21 @@ def placements(results, title):
                      '\n'.join(r.devices) or None,
                      ','.join(str(n) for n in r.numa) or None))
     return table(PLACEMENT_HEADERS, rows, title)
+
+
+def refusals(results, title):
+    """Why each server of ``results`` is not ACTIVE: nova-gpu's reason
+    on each host its GpuFilter refused it on, else Nova's fault (host
+    ``-``).
+    """
+    lines = [title]
+    for r in results:
+        for host, why in r.why:
+            lines.append('  %s (%s):' % (r.name, 'GpuFilter on %s' % host
+                                         if host else r.result))
+            lines += textwrap.wrap(why, WIDTH, initial_indent='    ',
+                                   subsequent_indent='    ')
+    return '\n'.join(lines)
 
 
 def allocation(hosts, title):

@@ -3,8 +3,10 @@
 The hosts show every way Nova 34 exposes an NVIDIA GPU (doc/source/
 generations.rst): H100 with NVIDIA's vendor-specific VFIO (VFs pooled per
 GPU by PCI in Placement), A100 in MIG mode and L40S with SR-IOV + mdev (a
-VGPU provider per VF), T4 with mdev types on the PF, and H200 GPUs passed
-through whole.
+VGPU provider per VF), T4 with mdev types on the PF, H200 GPUs passed
+through whole, and an L40S in NVIDIA's mixed-size vGPU mode whose
+vendor-VFIO VFs get their type when a guest starts (doc/source/hgx.rst,
+"Mixed vGPU sizes on one GPU").
 
 The sequence is chosen to show what choosing the host and the GPUs by
 expected fragmentation and topology buys over Nova's default (spread hosts
@@ -13,13 +15,17 @@ that need one vGPU on each of four GPUs on one NUMA node come first, then
 single vGPUs. nova-gpu gives every four-GPU server one NUMA node, packing
 two on each node's four GPUs, and the single vGPUs fill what is left;
 stock Nova ignores gpu:topology and spreads, so its four-GPU servers span
-NUMA nodes.
+NUMA nodes. On the mixed-size L40S an L40S-24C and an L40S-8C share the
+GPU (equal-size mode would refuse the second size); an L40S-16C no
+longer fits it, though 16 GB of its frame buffer are free: no free
+4-slot placement is left. It is refused, and another L40S-8C still fits.
 """
 
 import collections
 import dataclasses
 import itertools
 
+from nova_gpu.core import catalog as catalog_mod
 from nova_gpu.core import partitions as partitions_mod
 from nova_gpu.tests.harness import cloud as cloud_mod
 
@@ -46,6 +52,14 @@ HOSTS = (
     # PCIe L40S for inference and graphics, SR-IOV + mdev: L40S-8C on six
     # VFs per GPU.
     cloud_mod.GpuHost('l40s-1', 'L40S', 'L40S-8C', gpus=2),
+    # PCIe L40S in mixed-size (heterogeneous) vGPU mode, NVIDIA vGPU 17+:
+    # six vendor-VFIO VFs (L40S-8C's equal-size maximum) pooled by PCI in
+    # Placement, none typed until a guest starts (nova-gpu-qemu-hook gives
+    # the VF the flavor's type); vGPUs of several sizes share the GPU, as
+    # its 8 placement slots allow (L40S-24C takes 4, L40S-8C 2).
+    cloud_mod.GpuHost('l40s-mix', 'L40S', 'L40S-8C', gpus=1,
+                      path=cloud_mod.VFIO, vf_types=cloud_mod.ON_DEMAND,
+                      mixed_size=True),
     # Turing: mdev types on the PF. T4-8C: two per GPU.
     cloud_mod.GpuHost('t4-1', 'T4', 'T4-8C', gpus=2),
     # HGX H100 for training, whole GPUs passed through in Fabric
@@ -91,6 +105,14 @@ FLAVORS = (
                            'gpu:topology': 'nvlink'},
            asks='2x A100-2-10C, NVLinked'),
     Flavor('l40s.8c', {'gpu:profile': 'L40S-8C'}, asks='1x L40S-8C'),
+    Flavor('l40s.24c.mix', {'gpu:profile': 'L40S-24C',
+                            'gpu:backend': 'vfio'},
+           asks='1x L40S-24C, mixed-size GPU (VF typed at start)'),
+    Flavor('l40s.16c.mix', {'gpu:profile': 'L40S-16C',
+                            'gpu:backend': 'vfio'},
+           asks='1x L40S-16C, mixed-size GPU (VF typed at start)'),
+    Flavor('l40s.8c.mix', {'gpu:profile': 'L40S-8C', 'gpu:backend': 'vfio'},
+           asks='1x L40S-8C, mixed-size GPU (VF typed at start)'),
     Flavor('t4.8c', {'gpu:profile': 'T4-8C'}, asks='1x T4-8C'),
     Flavor('h100.x2', {'gpu:kind': 'whole', 'gpu:model': 'H100-80GB',
                        'gpu:count': '2', 'gpu:topology': 'nvlink'},
@@ -107,6 +129,12 @@ FLAVORS = (
 SEQUENCE = (
     ('h100.40c.x4', 6),
     ('l40s.8c', 2),
+    # Two sizes on the mixed-size L40S (6 of its 8 slots), then a size
+    # that no longer fits (4 slots; refused) and one that does (2).
+    ('l40s.24c.mix', 1),
+    ('l40s.8c.mix', 1),
+    ('l40s.16c.mix', 1),
+    ('l40s.8c.mix', 1),
     ('a100.mig', 3),
     ('h100.40c', 6),
     ('a100.mig.x2', 2),
@@ -124,6 +152,11 @@ def model_of(flavor):
     profile = flavor.extra_specs['gpu:profile']
     for host in HOSTS:
         if host.vgpu_type == profile:
+            return host.model
+    for host in HOSTS:
+        # A mixed-size GPU takes any time-sliced type of its model.
+        if host.mixed_size and profile in catalog_mod.load_catalog().model(
+                host.model).vgpu_profiles:
             return host.model
     raise ValueError('no demo host offers %s' % profile)
 

@@ -65,7 +65,8 @@ def _flavors():
 
     gpu.20g asks "a vGPU with at least 20 GB", whatever the model; with
     ``gpu:backend=vfio`` it is served from vendor-VFIO VFs (the H100 hosts
-    of the demo), where nova-gpu picks the smallest type that fits.
+    of the demo, or the mixed-size L40S, whose VF is typed at start),
+    where nova-gpu picks the smallest type that fits.
     """
     from nova_gpu.demo import scenario
     by_need = (
@@ -507,7 +508,10 @@ def start(hosts, report_interval=REPORT_INTERVAL, log=print):
     from nova_gpu.demo import aio
     from nova_gpu.tests.harness import cloud as cloud_mod
     flavors = _flavors()
-    case = cloud_mod.start_cloud(hosts, nova_conf=nova_conf(flavors))
+    # The mixed-size host's VFs are typed at a guest's start, as the
+    # qemu hook types them (``vf_typing``).
+    case = cloud_mod.start_cloud(hosts, nova_conf=nova_conf(flavors),
+                                 mixins=aio.cloud_mixins())
     try:
         aio.limit_candidates(case)
         create_flavors(case, flavors)

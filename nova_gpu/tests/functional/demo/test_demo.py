@@ -22,16 +22,18 @@ class DemoTest(testtools.TestCase):
         self.assertEqual(names, [s.name for s in ours.servers])
         self.assertEqual(names, [s.name for s in stock.servers])
 
-        # nova-gpu serves every request with the topology it asks for.
-        self.assertEqual([], [s.name for s in ours.servers
-                              if s.result != 'ACTIVE'])
+        # nova-gpu serves every request with the topology it asks for,
+        # but for the L40S-16C that no longer fits the mixed-size L40S.
+        self.assertEqual(['l40s-16c-mix-1'],
+                         [s.name for s in ours.servers
+                          if s.result != 'ACTIVE'])
         multi = [s for s in ours.servers if len(s.gpus) > 1]
         self.assertEqual(11, len(multi))
         for server in multi:
             self.assertTrue(server.topology_kept, server)
             self.assertEqual(int(scenario.flavors_by_name()[
                 server.flavor].extra_specs['gpu:count']), len(server.gpus))
-        for server in ours.servers:
+        for server in ours.booted:
             host = {h.name: h for h in scenario.HOSTS}[server.host]
             self.assertEqual(scenario.model_of(
                 scenario.flavors_by_name()[server.flavor]), host.model)
@@ -44,6 +46,8 @@ class DemoTest(testtools.TestCase):
         self.assertLess(stock_kept, kept)
         self.assertTrue(any(len(s.numa) > 1 for s in stock.servers
                             if s.flavor == 'h100.40c.x4'))
+
+        self.check_mixed_size(ours, stock)
 
         # GPU quota classes (what Nova's unified limits cap): the demo
         # project's whole GPUs and vGPUs per model as Placement counts
@@ -159,3 +163,50 @@ class DemoTest(testtools.TestCase):
         # switch (the harness's HGX layout).
         (rdma,) = [s for s in ours.servers if s.flavor == 'h100.rdma']
         self.assertEqual('hgx-1', rdma.host)
+
+    def check_mixed_size(self, ours, stock):
+        """Two sizes on the mixed-size L40S, a third refused by its slots."""
+        by_name = {s.name: s for s in ours.servers}
+        mixed = [s for s in ours.servers if s.flavor.endswith('.mix')]
+        self.assertEqual(
+            [('l40s-24c-mix-1', 'ACTIVE'), ('l40s-8c-mix-1', 'ACTIVE'),
+             ('l40s-16c-mix-1', 'NoValidHost'),
+             ('l40s-8c-mix-2', 'ACTIVE')],
+            [(s.name, s.result) for s in mixed])
+        booted = [s for s in mixed if s.result == 'ACTIVE']
+        for server in booted:
+            self.assertEqual('l40s-mix', server.host)
+            self.assertEqual('vendor-VFIO VF', server.path)
+        # One GPU, three VFs, each holding the size its flavor asked (the
+        # type given at the guest's start): two sizes side by side, which
+        # equal-size mode refuses.
+        self.assertEqual(1, len({s.gpus for s in booted}))
+        self.assertEqual(3, len({s.functions for s in booted}))
+        self.assertEqual([('L40S-24C',), ('L40S-8C',), ('L40S-8C',)],
+                         [s.devices for s in booted])
+        # The L40S-16C is GpuFilter's refusal, by slots: 16 GB of frame
+        # buffer are free (Placement's GPU memory class let it through),
+        # but 6 of 8 slots are taken and no 4-slot placement is left.
+        self.assertEqual(
+            (('l40s-mix', 'mixed-size L40S has no free 4-slot placement '
+              'for L40S-16C (holds 1 L40S-24C, 1 L40S-8C: 6 of 8 slots)'),),
+            tuple((host, why.rsplit('; GPU 0000:50:00.0: ', 1)[-1])
+                  for host, why in by_name['l40s-16c-mix-1'].why))
+        printed = []
+        aio.print_outcome(ours, printed.append)
+        self.assertIn('  l40s-16c-mix-1 (GpuFilter on l40s-mix):',
+                      '\n'.join(printed))
+        self.assertIn('mixed-size L40S has no free 4-slot placement for '
+                      'L40S-16C', ' '.join(' '.join(printed).split()))
+        (use,) = [h for h in ours.hosts if h.name == 'l40s-mix']
+        self.assertEqual('L40S mixed-size', use.model)
+        self.assertEqual('3 (1 L40S-24C, 2 L40S-8C: 8 of 8 slots)',
+                         use.layout)
+        self.assertEqual(0.0, use.free_gpus)
+        # Stock Nova cannot tell: it sends the L40S-16C to the full GPU,
+        # where its VF cannot take the type (the qemu hook fails the
+        # start) and the build fails.
+        results = dict((s.name, s.result) for s in stock.servers
+                       if s.flavor.endswith('.mix'))
+        self.assertEqual('ERROR', results.pop('l40s-16c-mix-1'))
+        self.assertEqual({'ACTIVE'}, set(results.values()))
