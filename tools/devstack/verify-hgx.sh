@@ -97,16 +97,9 @@ print(' '.join(g for g in '$HGX_GPUS'.split() if g in used))" <<< '{}')
     if boot devstack-check-hgx-three devstack-check-hgx-x3 >/dev/null 2>&1; then
         fail "a 3-GPU server booted: no NVSwitch partition has 3 GPUs"
     else
-        id=$(os_user server show devstack-check-hgx-three -f value -c id)
-        fault=$(os_user server show "$id" -f value -c fault 2>/dev/null || true)
-        reason=$(journalctl -u devstack@n-sch --since "$since" --no-pager -o cat |
-            grep -m1 -o "no NVSwitch partition of 3 GPUs[^\"]*" || true)
-        if grep -q "No valid host" <<< "$fault" && [[ -n "$reason" ]]; then
-            pass "a 3-GPU server: NoValidHost; devstack@n-sch: ${reason:0:200}"
-        else
-            fail "a 3-GPU server: fault '$(cut -c1-100 <<< "$fault")', reason in n-sch: '$reason'"
-        fi
-        os_user server delete --wait "$id" >/dev/null 2>&1 || true
+        refused_with devstack-check-hgx-three "a 3-GPU server" \
+            "no NVSwitch partition of 3 GPUs" "$since"
+        os_user server delete --wait devstack-check-hgx-three >/dev/null 2>&1 || true
     fi
     for s in "${HGX_SERVERS[@]}"; do
         os_user server delete --wait "$s" >/dev/null 2>&1 || fail "delete of $s failed"

@@ -80,6 +80,21 @@ boot() {
         --wait "$1" -f value -c id
 }
 
+# refused_with SERVER WHAT PATTERN SINCE: SERVER (name or id) ended with
+# NoValidHost and devstack@n-sch's journal since SINCE has the plugin's
+# reason matching PATTERN (grep -o, to the end of the quoted message).
+refused_with() {
+    local fault reason
+    fault=$(os_user server show "$1" -f value -c fault 2>/dev/null || true)
+    reason=$(journalctl -u devstack@n-sch --since "$4" --no-pager -o cat |
+        grep -m1 -o "$3[^\"]*" || true)
+    if grep -q "No valid host" <<< "$fault" && [[ -n "$reason" ]]; then
+        pass "$2: NoValidHost; devstack@n-sch: ${reason:0:200}"
+    else
+        fail "$2: fault '$(cut -c1-100 <<< "$fault")', reason in n-sch: '$reason'"
+    fi
+}
+
 # finish NAME: the summary line and the exit status of a check script.
 finish() {
     if [[ $FAILED == 0 ]]; then
