@@ -92,15 +92,6 @@ print(' '.join(g for g in '$HGX_GPUS'.split() if g in used))" <<< '{}')
             fi
         fi
     fi
-    since=$(date '+%F %T')
-    os_user server delete --wait devstack-check-hgx-three >/dev/null 2>&1 || true
-    if boot devstack-check-hgx-three devstack-check-hgx-x3 >/dev/null 2>&1; then
-        fail "a 3-GPU server booted: no NVSwitch partition has 3 GPUs"
-    else
-        refused_with devstack-check-hgx-three "a 3-GPU server" \
-            "no NVSwitch partition of 3 GPUs" "$since"
-        os_user server delete --wait devstack-check-hgx-three >/dev/null 2>&1 || true
-    fi
     for s in "${HGX_SERVERS[@]}"; do
         os_user server delete --wait "$s" >/dev/null 2>&1 || fail "delete of $s failed"
     done
@@ -109,6 +100,17 @@ print(' '.join(g for g in '$HGX_GPUS'.split() if g in used))" <<< '{}')
         pass "no NVSwitch partition left active once the servers were deleted"
     else
         fail "partitions still active after the deletes: $(fm_active)"
+    fi
+    # With every GPU free again (Placement has candidates of 3 GPUs),
+    # GpuFilter refuses: no partition has 3 GPUs.
+    since=$(date '+%F %T')
+    os_user server delete --wait devstack-check-hgx-three >/dev/null 2>&1 || true
+    if boot devstack-check-hgx-three devstack-check-hgx-x3 >/dev/null 2>&1; then
+        fail "a 3-GPU server booted: no NVSwitch partition has 3 GPUs"
+    else
+        refused_with devstack-check-hgx-three "a 3-GPU server" \
+            "no NVSwitch partition of 3 GPUs" "$since"
+        os_user server delete --wait devstack-check-hgx-three >/dev/null 2>&1 || true
     fi
 
     # GPUDirect RDMA: the NIC VF's PF (its Placement provider,

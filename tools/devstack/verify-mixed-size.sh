@@ -34,17 +34,18 @@ PY
 }
 
 # mixed_boot NAME FLAVOR: boot on the mixed-size host; prints the id.
+# (Called in $(...): the servers are deleted by name, MIXED_NAMES.)
+MIXED_NAMES=(devstack-check-mixed-large devstack-check-mixed-small
+             devstack-check-mixed-large-2 devstack-check-mixed-small-2)
 mixed_boot() {
     local id host
     os_user server delete --wait "$1" >/dev/null 2>&1 || true
     id=$(boot "$1" "$2") || return 1
-    MIXED_SERVERS+=("$id")
     host=$(os_admin server show "$id" -f value -c OS-EXT-SRV-ATTR:host)
     [[ $host == "$MIXED_HOST" ]] || { echo "on $host" >&2; return 1; }
     echo "$id"
 }
 
-MIXED_SERVERS=()
 gpu_flavor devstack-check-l40s-24c gpu:profile=L40S-24C gpu:backend=vfio
 gpu_flavor devstack-check-l40s-8c gpu:profile=L40S-8C gpu:backend=vfio
 if large=$(mixed_boot devstack-check-mixed-large devstack-check-l40s-24c) &&
@@ -63,7 +64,6 @@ if large=$(mixed_boot devstack-check-mixed-large devstack-check-l40s-24c) &&
     if id=$(mixed_boot devstack-check-mixed-large-2 devstack-check-l40s-24c 2>/dev/null); then
         fail "a second L40S-24C booted ($id): 6 of 8 slots were taken"
     else
-        MIXED_SERVERS+=("$(os_user server show devstack-check-mixed-large-2 -f value -c id)")
         refused_with devstack-check-mixed-large-2 "a second L40S-24C" \
             "mixed-size L40S has no free 4-slot placement" "$since"
     fi
@@ -75,7 +75,7 @@ if large=$(mixed_boot devstack-check-mixed-large devstack-check-l40s-24c) &&
 else
     fail "the L40S-24C or L40S-8C server did not boot on $MIXED_HOST"
 fi
-for s in "${MIXED_SERVERS[@]}"; do
+for s in "${MIXED_NAMES[@]}"; do
     os_user server delete --wait "$s" >/dev/null 2>&1 || true
 done
 if [[ -z "$(vf_types)" ]]; then
