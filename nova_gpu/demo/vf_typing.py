@@ -21,7 +21,6 @@ The types are kept in the harness's ``GpuState.vf_types``, which its
 report of a mixed-size host reads as the agent reads sysfs.
 """
 
-import fixtures
 from lxml import etree
 
 from nova_gpu.agent import qemu_hook
@@ -97,35 +96,23 @@ class OnDemandVfTypes:
     def setUp(self):
         self.vf_typed = {}  # domain UUID -> [(GpuState, VF)]
         super().setUp()
-        from nova.tests.fixtures import libvirt as fakelibvirt
-        domain = fakelibvirt.Domain
-        init, create, destroy = (domain.__init__, domain.createWithFlags,
-                                 domain.destroy)
-        case = self
+        from nova_gpu.tests.harness import qemu_hook as hook_harness
+        hook_harness.hook_fake_domains(self.useFixture, self.play_hook)
 
-        def keeping_xml(dom, connection, xml, *args, **kwargs):
-            init(dom, connection, xml, *args, **kwargs)
-            # libvirt keeps the XML with Nova's metadata (the flavor's
-            # extra specs); the fake's XMLDesc leaves the metadata out.
-            dom.nova_gpu_xml = xml
-
-        def typing_create(dom, flags):
-            case.prepare_vfs(dom)
+    def play_hook(self, dom, operation, sub_operation):
+        """What the hook would do for ``dom`` in this phase: a
+        ``HookRun`` whose non-zero status fails the start.
+        """
+        from nova_gpu.tests.harness import qemu_hook as hook_harness
+        status, why = 0, ''
+        if operation == 'prepare':
             try:
-                return create(dom, flags)
-            except Exception:
-                case.release_vfs(dom)
-                raise
-
-        def clearing_destroy(dom):
-            destroy(dom)
-            case.release_vfs(dom)
-
-        for name, fn in (('__init__', keeping_xml),
-                         ('createWithFlags', typing_create),
-                         ('destroy', clearing_destroy)):
-            self.useFixture(fixtures.MonkeyPatch(
-                'nova.tests.fixtures.libvirt.Domain.' + name, fn))
+                self.prepare_vfs(dom)
+            except NoRoom as e:
+                status, why = 1, '%s: %s' % (qemu_hook.PROG, e)
+        else:
+            self.release_vfs(dom)
+        return hook_harness.HookRun(None, dom.name(), operation, status, why)
 
     def _states_of(self, dom):
         for hostname, compute in self.computes.items():
@@ -136,21 +123,14 @@ class OnDemandVfTypes:
         return ()
 
     def prepare_vfs(self, dom):
-        """libvirt's ``prepare begin``: type the domain's VFs."""
-        from nova.tests.fixtures import libvirt as fakelibvirt
+        """libvirt's ``prepare begin``: type the domain's VFs (NoRoom:
+        nothing typed, the start fails).
+        """
         states = self._states_of(dom)
         xml = getattr(dom, 'nova_gpu_xml', None)
         if xml is None or not any(s.spec.mixed_size for s in states):
             return
-        try:
-            typed = type_vfs(states, xml)
-        except NoRoom as e:
-            raise fakelibvirt.make_libvirtError(
-                fakelibvirt.libvirtError,
-                'Hook script execution failed: internal error: %s %s '
-                'prepare begin: %s' % (qemu_hook.PROG, dom.name(), e),
-                error_code=fakelibvirt.VIR_ERR_INTERNAL_ERROR,
-                error_domain=fakelibvirt.VIR_FROM_QEMU)
+        typed = type_vfs(states, xml)
         if typed:
             self.vf_typed[dom.UUIDString()] = typed
 
