@@ -230,23 +230,25 @@ class FakeHgxAndMixedSizeHostTest(test.NoDBTestCase):
             {p.id: (sorted(p.gpus), p.supported) for p in table.partitions})
         self.assertFalse(any(p.active for p in table.partitions))
         pair = next(p for p in table.partitions if len(p.gpus) == 2)
+        # Started and destroyed as Nova's driver does: the host runs the
+        # hook around the fake domain, as libvirtd would.
         dom = host.connection.defineXML(_domain_xml(
             'guest', [host.gpus[i].address for i in sorted(pair.gpus)]))
-        run = host.run_qemu_hook(dom, 'prepare', 'begin')
-        self.assertEqual(0, run.returncode, run.stderr)
+        dom.createWithFlags(0)
         active = [p.id for p in self.discover(host).host.partitions
                   .partitions if p.active]
         self.assertEqual([pair.id], active)
         # GPUs forming no partition: the guest does not start.
+        from nova.tests.fixtures import libvirt as fakelibvirt
         apart = next(set(c) for c in itertools.combinations(range(8), 2)
                      if table.find(set(c)) is None)
         bad = host.connection.defineXML(_domain_xml(
             'bad', [host.gpus[i].address for i in sorted(apart)]))
-        run = host.run_qemu_hook(bad, 'prepare', 'begin')
-        self.assertEqual(1, run.returncode)
-        self.assertIn('form no NVSwitch partition', run.stderr)
-        run = host.run_qemu_hook(dom, 'release', 'end')
-        self.assertEqual(0, run.returncode, run.stderr)
+        e = self.assertRaises(fakelibvirt.libvirtError,
+                              bad.createWithFlags, 0)
+        self.assertIn('form no NVSwitch partition', str(e))
+        self.assertFalse(bad.isActive())
+        dom.destroy()
         self.assertFalse(any(p.active for p in self.discover(host).host
                              .partitions.partitions))
 

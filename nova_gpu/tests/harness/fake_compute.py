@@ -390,7 +390,7 @@ class FakeGpuHost:
             LOG.warning('qemu hook %s %s of %s: exit status %d: %s',
                         operation, sub_operation, dom.name(),
                         run.returncode, run.stderr.strip())
-        elif operation == 'prepare' or operation == 'release':
+        else:
             self.bind_nic_vfs(xml, 'vfio-pci' if operation == 'prepare'
                               else 'mlx5_core')
         return run
